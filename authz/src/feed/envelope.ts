@@ -1,0 +1,82 @@
+/**
+ * The signed envelope `{d, s, k}` (SPEC §5 "Ed25519 content signature") and the ingest body
+ * `{conditionId, d, s, k}` (CONTRACT §3). Pure functions, shared by the authz ingest stage
+ * and the market service's write path (which re-verifies: defence in depth).
+ */
+import { createHash, verify, type KeyObject } from 'node:crypto';
+import { decodeStrictBase64 } from '../credentials.ts';
+import { validateDocument, type MarketDocument } from './schema.ts';
+
+export const ENVELOPE_SCHEME = 'ed25519-sha256';
+export const CONDITION_ID = /^[A-Za-z0-9_.:-]{1,128}$/;
+const SIG_HEX = /^[0-9a-fA-F]{128}$/;
+
+export interface Envelope {
+  readonly d: string;
+  readonly s: string;
+  readonly k: typeof ENVELOPE_SCHEME;
+}
+
+/** A parsed ingest body: the envelope plus its decoded bytes. */
+export interface ParsedIngest {
+  readonly conditionId: string;
+  readonly envelope: Envelope;
+  readonly document: Buffer;
+  readonly signature: Buffer;
+}
+
+export type IngestParse =
+  | { readonly ok: true; readonly value: ParsedIngest }
+  | { readonly ok: false; readonly code: 'invalid_json' | 'invalid_envelope'; readonly message: string };
+
+const fail = (code: 'invalid_json' | 'invalid_envelope', message: string): IngestParse => ({ ok: false, code, message });
+
+/** Parses the raw ingest body. Unknown extra fields are ignored (CONTRACT §3). */
+export function parseIngestBody(raw: Buffer): IngestParse {
+  let body: unknown;
+  try {
+    body = JSON.parse(raw.toString('utf8'));
+  } catch {
+    return fail('invalid_json', 'body is not valid JSON');
+  }
+  if (typeof body !== 'object' || body === null || Array.isArray(body)) return fail('invalid_json', 'body is not a JSON object');
+  const { conditionId, d, s, k } = body as Record<string, unknown>;
+  if (typeof conditionId !== 'string' || !CONDITION_ID.test(conditionId)) {
+    return fail('invalid_envelope', 'conditionId must match ^[A-Za-z0-9_.:-]{1,128}$');
+  }
+  if (typeof d !== 'string') return fail('invalid_envelope', 'd must be a base64 string');
+  if (typeof s !== 'string' || !SIG_HEX.test(s)) return fail('invalid_envelope', 's must be 128 hex characters (64 bytes)');
+  if (k !== ENVELOPE_SCHEME) return fail('invalid_envelope', `k must be "${ENVELOPE_SCHEME}"`);
+  const document = decodeStrictBase64(d);
+  if (document === undefined || document.length === 0) return fail('invalid_envelope', 'd must be non-empty strict standard base64');
+  return { ok: true, value: { conditionId, envelope: { d, s, k }, document, signature: Buffer.from(s, 'hex') } };
+}
+
+/** SHA-256 of the document, verified as an Ed25519 message against each key in turn. */
+export function verifyEnvelopeSignature(document: Buffer, signature: Buffer, keys: readonly KeyObject[]): boolean {
+  const digest = createHash('sha256').update(document).digest();
+  for (const key of keys) {
+    if (verify(null, digest, key, signature)) return true;
+  }
+  return false;
+}
+
+export type DocumentCheck =
+  | { readonly ok: true; readonly document: MarketDocument }
+  | { readonly ok: false; readonly message: string };
+
+/** The decoded document must be a JSON object matching the market schema and the body's conditionId. */
+export function checkDocument(bytes: Buffer, conditionId: string): DocumentCheck {
+  let doc: unknown;
+  try {
+    doc = JSON.parse(new TextDecoder('utf-8', { fatal: true }).decode(bytes));
+  } catch {
+    return { ok: false, message: 'document is not UTF-8 JSON' };
+  }
+  const result = validateDocument(doc);
+  if (!result.ok) return result;
+  if (result.document.conditionId !== conditionId) {
+    return { ok: false, message: 'document conditionId differs from the body conditionId' };
+  }
+  return result;
+}

@@ -1,0 +1,256 @@
+/**
+ * The market HTTP service (MARKET_PORT, loopback by default). Envoy routes every non-order
+ * request here after ext_authz allowed it:
+ *   GET /  · GET /healthz · GET /v1/markets · GET /v1/quotes · POST /internal/ingest/market
+ * node:http (no framework: the handler is a switch over five paths); queries validated with
+ * ajv from the schemas in ./schemas.ts. Every error is CONTRACT JSON.
+ */
+import { createHash, type KeyObject } from 'node:crypto';
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import { Ajv } from 'ajv';
+import { Counter, type Registry } from 'prom-client';
+import { errorJson, ERROR_STATUS, type ErrorCode } from '../errors.ts';
+import { checkDocument, parseIngestBody, verifyEnvelopeSignature } from '../feed/envelope.ts';
+import type { Logger } from '../log.ts';
+import { MARKETS_QUERY_SCHEMA, QUOTES_QUERY_SCHEMA, ROOT_BODY, type ListQuery } from './schemas.ts';
+import type { MarketStore, Page } from './store.ts';
+
+export interface MarketServiceDeps {
+  readonly store: MarketStore;
+  readonly feedKeys: readonly KeyObject[];
+  readonly ingestMaxBytes: number;
+  readonly logger: Logger;
+  readonly registry: Registry;
+  readonly readiness: () => Record<string, boolean>;
+  readonly isSealed: () => boolean;
+  readonly host: string;
+  readonly port: number;
+}
+
+export interface MarketService {
+  readonly server: Server;
+  listen(): Promise<number>;
+  close(): Promise<void>;
+}
+
+const JSON_TYPE = 'application/json';
+const ROUTES: Record<string, string> = {
+  '/': 'GET', '/healthz': 'GET', '/v1/markets': 'GET', '/v1/quotes': 'GET', '/internal/ingest/market': 'POST',
+};
+
+class HttpError extends Error {
+  readonly code: ErrorCode;
+  constructor(code: ErrorCode, message?: string) {
+    super(message ?? code);
+    this.code = code;
+  }
+}
+
+function send(res: ServerResponse, status: number, body: string, headers: Record<string, string> = {}): void {
+  res.writeHead(status, { 'content-type': JSON_TYPE, 'content-length': Buffer.byteLength(body), ...headers });
+  res.end(body);
+}
+
+function sendError(res: ServerResponse, code: ErrorCode, message?: string, headers: Record<string, string> = {}): void {
+  send(res, ERROR_STATUS[code], errorJson(code, message), { 'cache-control': 'no-store', ...headers });
+}
+
+/** Reads the body up to `max` bytes; throws HttpError(payload_too_large) beyond. */
+function readBody(req: IncomingMessage, max: number): Promise<Buffer> {
+  return new Promise((resolve, reject) => {
+    const declared = Number(req.headers['content-length'] ?? 0);
+    if (declared > max) {
+      req.resume();
+      reject(new HttpError('payload_too_large'));
+      return;
+    }
+    const chunks: Buffer[] = [];
+    let size = 0;
+    req.on('data', (c: Buffer) => {
+      size += c.length;
+      if (size > max) {
+        req.destroy();
+        reject(new HttpError('payload_too_large'));
+      } else chunks.push(c);
+    });
+    req.on('end', () => resolve(Buffer.concat(chunks)));
+    req.on('error', reject);
+  });
+}
+
+const CURSOR_ID = /^[A-Za-z0-9_.:-]{1,128}$/;
+
+/** Opaque cursor: base64url of the last conditionId of the page. */
+export function encodeCursor(id: string): string {
+  return Buffer.from(id, 'utf8').toString('base64url');
+}
+
+export function decodeCursor(c: string): string | undefined {
+  const id = Buffer.from(c, 'base64url').toString('utf8');
+  return CURSOR_ID.test(id) && encodeCursor(id) === c ? id : undefined;
+}
+
+export function createMarketService(deps: MarketServiceDeps): MarketService {
+  const ajv = new Ajv({ coerceTypes: true, allErrors: false, strict: true });
+  const validateMarkets = ajv.compile<ListQuery>(MARKETS_QUERY_SCHEMA);
+  const validateQuotes = ajv.compile<ListQuery>(QUOTES_QUERY_SCHEMA);
+  const requests = new Counter({
+    name: 'edge_market_requests_total', help: 'Market service responses by route and status',
+    labelNames: ['route', 'status'] as const, registers: [deps.registry],
+  });
+  const ingests = new Counter({
+    name: 'edge_market_ingest_total', help: 'Ingest outcomes at the market service (stored, stale, rejected, store_error)',
+    labelNames: ['outcome'] as const, registers: [deps.registry],
+  });
+
+  function parseQuery(url: URL, validate: typeof validateMarkets): { after?: string; limit: number; ids?: string[]; active?: boolean } {
+    const raw: Record<string, string> = {};
+    for (const [k, v] of url.searchParams) {
+      if (k in raw) throw new HttpError('invalid_query', `parameter ${k} given twice`);
+      raw[k] = v;
+    }
+    if (!validate(raw)) {
+      const e = validate.errors?.[0];
+      throw new HttpError('invalid_query', `${e?.instancePath || e?.params?.['additionalProperty'] || 'query'} ${e?.message ?? 'is invalid'}`.trim());
+    }
+    const q = raw as unknown as ListQuery;
+    let after: string | undefined;
+    if (q.cursor !== undefined) {
+      after = decodeCursor(q.cursor);
+      if (after === undefined) throw new HttpError('invalid_query', 'cursor is not one this service issued');
+    }
+    const ids = q.conditionId === undefined ? undefined : q.conditionId.split(',');
+    if (ids !== undefined && (ids.length > 500 || ids.some((id) => !CURSOR_ID.test(id)))) {
+      throw new HttpError('invalid_query', 'conditionId must be a comma-separated list of up to 500 ids matching ^[A-Za-z0-9_.:-]{1,128}$');
+    }
+    return {
+      limit: q.limit ?? 100,
+      ...(after === undefined ? {} : { after }),
+      ...(ids === undefined ? {} : { ids }),
+      ...(q.active === undefined ? {} : { active: q.active === 'true' }),
+    };
+  }
+
+  /** Weak validator: the page's (id, seq) list identifies its content, since seq grows on every write. */
+  function etagOf(kind: string, page: Page, url: URL): string {
+    const h = createHash('sha1').update(kind).update(url.search);
+    for (const m of page.markets) h.update(m.conditionId).update('\u0000').update(m.item.length.toString()).update(m.item.slice(-64));
+    return `W/"${h.digest('base64url')}"`;
+  }
+
+  function sendPage(req: IncomingMessage, res: ServerResponse, body: string, etag: string): void {
+    const headers = { etag, 'cache-control': 'public, max-age=1' };
+    if (req.headers['if-none-match'] === etag) {
+      res.writeHead(304, headers);
+      res.end();
+      return;
+    }
+    send(res, 200, body, headers);
+  }
+
+  async function handle(req: IncomingMessage, res: ServerResponse): Promise<string> {
+    const url = new URL(req.url ?? '/', 'http://market.local');
+    const path = url.pathname;
+    const method = ROUTES[path];
+    if (deps.isSealed()) {
+      sendError(res, 'sealed');
+      return path;
+    }
+    if (method === undefined) throw new HttpError('not_found');
+    if (req.method !== method && !(method === 'GET' && req.method === 'HEAD')) {
+      sendError(res, 'method_not_allowed', undefined, { allow: method === 'GET' ? 'GET, HEAD' : method });
+      return path;
+    }
+    switch (path) {
+      case '/':
+        send(res, 200, ROOT_BODY);
+        return path;
+      case '/healthz': {
+        const checks = deps.readiness();
+        const ok = Object.values(checks).every(Boolean);
+        send(res, ok ? 200 : 503, ok ? '{"status":"ok"}' : JSON.stringify({ status: 'unavailable', checks }), { 'cache-control': 'no-store' });
+        return path;
+      }
+      case '/v1/markets': {
+        const q = parseQuery(url, validateMarkets);
+        const page = await deps.store.page(q);
+        const next = page.next === undefined ? null : encodeCursor(page.next);
+        const body = `{"markets":[${page.markets.map((m) => m.item).join(',')}],"nextCursor":${JSON.stringify(next)}}`;
+        sendPage(req, res, body, etagOf('m', page, url));
+        return path;
+      }
+      case '/v1/quotes': {
+        const q = parseQuery(url, validateQuotes);
+        const page = await deps.store.page(q);
+        const next = page.next === undefined ? null : encodeCursor(page.next);
+        const rows = page.markets.map((m) => m.quotes).filter((s) => s !== '');
+        const body = `{"quotes":[${rows.join(',')}],"nextCursor":${JSON.stringify(next)}}`;
+        sendPage(req, res, body, etagOf('q', page, url));
+        return path;
+      }
+      default: {
+        // POST /internal/ingest/market — Envoy's ext_authz already verified HMAC, nonce and the envelope.
+        const raw = await readBody(req, deps.ingestMaxBytes);
+        const parsed = parseIngestBody(raw);
+        if (!parsed.ok) throw new HttpError(parsed.code, parsed.message);
+        const { document, signature, conditionId, envelope } = parsed.value;
+        // Defence in depth: the store never holds content the feed key did not sign.
+        if (!verifyEnvelopeSignature(document, signature, deps.feedKeys)) throw new HttpError('invalid_content_signature');
+        const doc = checkDocument(document, conditionId);
+        if (!doc.ok) throw new HttpError('invalid_envelope', doc.message);
+        let result;
+        try {
+          result = await deps.store.put(doc.document, envelope);
+        } catch (err) {
+          ingests.labels('store_error').inc();
+          deps.logger.error({ err: String(err), conditionId }, 'market store unavailable: ingest not stored');
+          throw new HttpError('service_unavailable', 'market store unavailable; nothing was stored');
+        }
+        ingests.labels(result).inc();
+        if (result === 'stale') throw new HttpError('stale_document');
+        deps.logger.info({ conditionId, seq: doc.document.seq }, 'market stored');
+        send(res, 200, JSON.stringify({ status: 'stored', conditionId, seq: doc.document.seq }), { 'cache-control': 'no-store' });
+        return path;
+      }
+    }
+  }
+
+  const server = createServer({ keepAliveTimeout: 5000 }, (req, res) => {
+    handle(req, res).then(
+      (route) => requests.labels(route, String(res.statusCode)).inc(),
+      (err: unknown) => {
+        if (err instanceof HttpError) {
+          if (!res.headersSent) sendError(res, err.code, err.message === err.code ? undefined : err.message);
+        } else {
+          // A store read failed (Redis down) or something unexpected: fail closed, never crash.
+          deps.logger.error({ err: String(err), path: req.url?.split('?')[0] }, 'market request failed');
+          if (!res.headersSent) sendError(res, 'service_unavailable', 'market store unavailable');
+        }
+        requests.labels(ROUTES[new URL(req.url ?? '/', 'http://x').pathname] === undefined ? 'other' : (req.url ?? '/').split('?')[0] ?? 'other', String(res.statusCode)).inc();
+      },
+    );
+  });
+  server.on('clientError', (_err, socket) => {
+    if (socket.writable) socket.end(`HTTP/1.1 400 Bad Request\r\ncontent-type: application/json\r\nconnection: close\r\n\r\n${errorJson('invalid_query', 'malformed HTTP request')}`);
+  });
+
+  return {
+    server,
+    listen() {
+      return new Promise((resolve, reject) => {
+        server.once('error', reject);
+        server.listen(deps.port, deps.host, () => {
+          const a = server.address();
+          resolve(typeof a === 'object' && a !== null ? a.port : deps.port);
+        });
+      });
+    },
+    close() {
+      return new Promise((resolve) => {
+        server.closeIdleConnections();
+        server.close(() => resolve());
+        setTimeout(() => server.closeAllConnections(), 1000).unref();
+      });
+    },
+  };
+}

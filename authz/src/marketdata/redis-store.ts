@@ -1,0 +1,191 @@
+/**
+ * Redis market store with an in-process cache shared by reads and order checks.
+ *
+ * Keys (all prefixed `edge:market`):
+ *   edge:market:<conditionId>   hash {seq, item, quotes}
+ *   edge:markets                sorted set, score 0, member conditionId (lexicographic order)
+ *   edge:markets:active:1|0     the same, split by the document's `active` field
+ *   channel edge:market:inv     conditionId published on every write
+ *
+ * Writes are one Lua script: compare seq, write the hash, move the id between index sets and
+ * publish the invalidation — atomic, so concurrent ingests on any replica never lose an update.
+ * Reads of a page are one Lua script (ids by ZRANGE BYLEX + their items): one round trip,
+ * O(log N + limit). (The scripts touch keys they compute, so they need a non-cluster Redis or
+ * Sentinel; see docs/market-data.md.)
+ *
+ * Cache: `get()` answers from memory while an entry is younger than MARKET_CACHE_TTL_MS;
+ * an invalidation message drops it at once, and a reconnect of the subscriber drops everything.
+ * So two replicas disagree for at most the pub/sub delay, and never longer than the TTL even
+ * if a message is lost.
+ */
+import type { Redis } from 'ioredis';
+import type { Envelope } from '../feed/envelope.ts';
+import type { MarketDocument } from '../feed/schema.ts';
+import type { MarketMeta } from '../ports.ts';
+import { encodeMarket, metaOfItem, pageOfIds, type MarketStore, type Page, type PageItem, type PageQuery, type PutResult } from './store.ts';
+
+export const MARKET_KEY_PREFIX = 'edge:market:';
+export const INDEX_KEY = 'edge:markets';
+export const ACTIVE_INDEX = (active: boolean): string => `edge:markets:active:${active ? 1 : 0}`;
+export const INVALIDATION_CHANNEL = 'edge:market:inv';
+
+const PUT_SCRIPT = `
+local cur = redis.call('HGET', KEYS[1], 'seq')
+if cur and tonumber(cur) >= tonumber(ARGV[1]) then return 0 end
+redis.call('HSET', KEYS[1], 'seq', ARGV[1], 'item', ARGV[2], 'quotes', ARGV[3])
+redis.call('ZADD', KEYS[2], 0, ARGV[4])
+redis.call('ZADD', KEYS[3], 0, ARGV[4])
+redis.call('ZREM', KEYS[4], ARGV[4])
+redis.call('PUBLISH', ARGV[5], ARGV[4])
+return 1
+`;
+
+// KEYS[1] = index set; ARGV[1] = exclusive start ('-' or '(' .. id); ARGV[2] = count; ARGV[3] = key prefix
+const PAGE_SCRIPT = `
+local ids = redis.call('ZRANGE', KEYS[1], ARGV[1], '+', 'BYLEX', 'LIMIT', 0, tonumber(ARGV[2]))
+local out = {}
+for i, id in ipairs(ids) do
+  local v = redis.call('HMGET', ARGV[3] .. id, 'item', 'quotes')
+  out[#out + 1] = id
+  out[#out + 1] = v[1] or false
+  out[#out + 1] = v[2] or false
+end
+return out
+`;
+
+// ARGV = key prefix, ids…
+const MGET_SCRIPT = `
+local out = {}
+for i = 2, #ARGV do
+  local v = redis.call('HMGET', ARGV[1] .. ARGV[i], 'item', 'quotes')
+  out[#out + 1] = ARGV[i]
+  out[#out + 1] = v[1] or false
+  out[#out + 1] = v[2] or false
+end
+return out
+`;
+
+type Row = string | null;
+
+interface CacheEntry {
+  readonly meta: MarketMeta | undefined;
+  readonly expires: number;
+}
+
+export interface RedisStoreOptions {
+  readonly cacheTtlMs: number;
+  readonly now?: () => number;
+  readonly onError?: (op: string, err: unknown) => void;
+}
+
+export class RedisMarketStore implements MarketStore {
+  readonly #redis: Redis;
+  readonly #sub: Redis;
+  readonly #cache = new Map<string, CacheEntry>();
+  readonly #inflight = new Map<string, Promise<MarketMeta | undefined>>();
+  readonly #opts: RedisStoreOptions;
+  readonly #now: () => number;
+  #subscribed = false;
+
+  constructor(redis: Redis, opts: RedisStoreOptions) {
+    this.#redis = redis;
+    this.#opts = opts;
+    this.#now = opts.now ?? Date.now;
+    redis.defineCommand('edgeMarketPut', { numberOfKeys: 4, lua: PUT_SCRIPT });
+    redis.defineCommand('edgeMarketPage', { numberOfKeys: 1, lua: PAGE_SCRIPT });
+    redis.defineCommand('edgeMarketMget', { numberOfKeys: 0, lua: MGET_SCRIPT });
+    // The subscriber keeps its own connection; it queues while disconnected and re-subscribes.
+    this.#sub = redis.duplicate({ enableOfflineQueue: true, maxRetriesPerRequest: null, commandTimeout: undefined });
+    this.#sub.on('message', (_channel: string, id: string) => this.#cache.delete(id));
+    this.#sub.on('ready', () => {
+      // Messages may have been missed while disconnected: forget everything.
+      this.#cache.clear();
+      this.#subscribed = true;
+    });
+    this.#sub.on('close', () => {
+      this.#subscribed = false;
+      this.#cache.clear();
+    });
+    this.#sub.on('error', (err: unknown) => opts.onError?.('subscribe', err));
+    void this.#sub.subscribe(INVALIDATION_CHANNEL).catch((err: unknown) => opts.onError?.('subscribe', err));
+  }
+
+  /** Synchronous on a fresh cache hit; a Promise (one Redis round trip, shared by concurrent callers) on a miss. */
+  get(conditionId: string): MarketMeta | undefined | Promise<MarketMeta | undefined> {
+    const hit = this.#cache.get(conditionId);
+    const now = this.#now();
+    if (hit !== undefined && hit.expires > now && this.#subscribed) return hit.meta;
+    let p = this.#inflight.get(conditionId);
+    if (p === undefined) {
+      p = this.#fetch([conditionId]).then(
+        ([m]) => {
+          this.#inflight.delete(conditionId);
+          const meta = m === undefined ? undefined : metaOfItem(m.item);
+          if (this.#subscribed) this.#cache.set(conditionId, { meta, expires: this.#now() + this.#opts.cacheTtlMs });
+          return meta;
+        },
+        (err: unknown) => {
+          this.#inflight.delete(conditionId);
+          throw err;
+        },
+      );
+      this.#inflight.set(conditionId, p);
+    }
+    return p;
+  }
+
+  async put(doc: MarketDocument, envelope: Envelope): Promise<PutResult> {
+    const m = encodeMarket(doc, envelope);
+    const r = await (this.#redis as unknown as { edgeMarketPut(...a: (string | number)[]): Promise<number> }).edgeMarketPut(
+      MARKET_KEY_PREFIX + doc.conditionId, INDEX_KEY, ACTIVE_INDEX(doc.active), ACTIVE_INDEX(!doc.active),
+      String(doc.seq), m.item, m.quotes, doc.conditionId, INVALIDATION_CHANNEL,
+    );
+    this.#cache.delete(doc.conditionId);
+    return r === 1 ? 'stored' : 'stale';
+  }
+
+  async page(q: PageQuery): Promise<Page> {
+    if (q.ids !== undefined) {
+      const { want, more } = pageOfIds(q.ids, q);
+      let found = (await this.#fetch(want)).filter((m): m is PageItem => m !== undefined);
+      if (q.active !== undefined) found = found.filter((m) => metaOfItem(m.item).active === q.active);
+      return { markets: found, next: more ? want.at(-1) : undefined };
+    }
+    const index = q.active === undefined ? INDEX_KEY : ACTIVE_INDEX(q.active);
+    const start = q.after === undefined ? '-' : `(${q.after}`;
+    const rows = (await (this.#redis as unknown as { edgeMarketPage(...a: (string | number)[]): Promise<Row[]> })
+      .edgeMarketPage(index, start, q.limit + 1, MARKET_KEY_PREFIX)) ?? [];
+    const markets = this.#decodeRows(rows);
+    const more = markets.length > q.limit;
+    const page = markets.slice(0, q.limit);
+    return { markets: page, next: more ? page.at(-1)?.conditionId : undefined };
+  }
+
+  async #fetch(ids: readonly string[]): Promise<(PageItem | undefined)[]> {
+    if (ids.length === 0) return [];
+    const rows = await (this.#redis as unknown as { edgeMarketMget(...a: string[]): Promise<Row[]> }).edgeMarketMget(MARKET_KEY_PREFIX, ...ids);
+    const out: (PageItem | undefined)[] = [];
+    for (let i = 0; i < rows.length; i += 3) {
+      const item = rows[i + 1];
+      out.push(item ? { conditionId: rows[i] as string, item, quotes: rows[i + 2] ?? '' } : undefined);
+    }
+    return out;
+  }
+
+  #decodeRows(rows: Row[]): PageItem[] {
+    const out: PageItem[] = [];
+    for (let i = 0; i < rows.length; i += 3) {
+      const item = rows[i + 1];
+      if (item) out.push({ conditionId: rows[i] as string, item, quotes: rows[i + 2] ?? '' });
+    }
+    return out;
+  }
+
+  ready(): boolean {
+    return this.#redis.status === 'ready';
+  }
+
+  async close(): Promise<void> {
+    this.#sub.disconnect();
+  }
+}

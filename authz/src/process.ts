@@ -1,0 +1,90 @@
+/**
+ * Process lifecycle: single process, cluster primary, cluster worker. Signals seal.
+ */
+import cluster, { type Worker } from 'node:cluster';
+import { availableParallelism } from 'node:os';
+import { AggregatorRegistry } from 'prom-client';
+import { createAdminServer } from './admin.ts';
+import { createApp, type App } from './app.ts';
+import type { Config } from './config.ts';
+import type { Logger } from './log.ts';
+
+function onSignals(seal: (reason: string) => void): void {
+  for (const sig of ['SIGTERM', 'SIGINT'] as const) process.on(sig, () => seal(sig));
+}
+
+async function startApp(config: Config, logger: Logger, withAdmin: boolean): Promise<App> {
+  const app = await createApp(config, logger, {
+    onSealed: () => {
+      // Drain, then exit: in-flight Checks finish, Envoy sees NOT_SERVING / 503 sealed meanwhile.
+      setTimeout(() => {
+        app.stop().finally(() => process.exit(0));
+      }, config.shutdownGraceMs).unref();
+    },
+  });
+  await app.start();
+  if (withAdmin) {
+    const admin = createAdminServer({ registry: app.metrics.registry, seal: (r) => app.seal(r) });
+    admin.listen(config.authzAdminPort, config.adminBindAddress);
+    app.onStop(() => new Promise<void>((resolve) => admin.close(() => resolve())));
+  }
+  return app;
+}
+
+/** One process serves everything (AUTHZ_WORKERS=1, the default). */
+export async function runSingle(config: Config, logger: Logger): Promise<void> {
+  const app = await startApp(config, logger, true);
+  onSignals((reason) => app.seal(reason));
+}
+
+/** A cluster worker: the app, no admin port; seals on the primary's message. */
+export async function runWorker(config: Config, logger: Logger): Promise<void> {
+  // The primary's AggregatorRegistry asks every worker for its metrics; the worker-side
+  // listener is installed by constructing an AggregatorRegistry (prom-client), at once so a
+  // scrape during start-up is answered rather than timing out.
+  new AggregatorRegistry();
+  const app = await startApp(config, logger.child({ worker: cluster.worker?.id }), false);
+  AggregatorRegistry.setRegistries([app.metrics.registry]);
+  process.on('message', (msg: unknown) => {
+    if (msg === 'edge:seal') app.seal('primary');
+  });
+  // The primary forwards signals; a worker ignores them so a Ctrl-C to the group seals once.
+  for (const sig of ['SIGTERM', 'SIGINT'] as const) process.on(sig, () => undefined);
+}
+
+/** The cluster primary: forks workers, serves aggregated metrics and seal, forwards signals. */
+export function runPrimary(config: Config, logger: Logger): void {
+  const n = Math.min(config.workers, Math.max(1, availableParallelism() * 2));
+  const workers = new Set<Worker>();
+  let sealed = false;
+  const fork = (): void => {
+    const w = cluster.fork();
+    workers.add(w);
+    w.on('exit', (code, signal) => {
+      workers.delete(w);
+      if (!sealed) {
+        logger.error({ worker: w.id, code, signal }, 'worker exited; starting a new one');
+        fork();
+      } else if (workers.size === 0) {
+        process.exit(0);
+      }
+    });
+  };
+  for (let i = 0; i < n; i++) fork();
+  const registry = new AggregatorRegistry();
+  const aggregated = {
+    contentType: registry.contentType,
+    metrics: () => registry.clusterMetrics(),
+  };
+  const seal = (reason: string): void => {
+    if (sealed) return;
+    sealed = true;
+    logger.warn({ reason, workers: workers.size }, 'sealing every worker');
+    for (const w of workers) w.send('edge:seal');
+    setTimeout(() => process.exit(0), config.shutdownGraceMs + 2000).unref();
+  };
+  const admin = createAdminServer({ registry: aggregated as never, seal });
+  admin.listen(config.authzAdminPort, config.adminBindAddress);
+  onSignals(seal);
+  logger.info({ workers: n }, 'cluster primary started');
+}

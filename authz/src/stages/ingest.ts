@@ -1,0 +1,107 @@
+/**
+ * Ingest policy (SPEC §5, CONTRACT §3), in the contract's order:
+ *   headers well-formed → window → HMAC → record nonce → envelope → Ed25519 → document.
+ * A nonce is recorded only after the HMAC verified, and stays recorded whatever follows.
+ */
+import { timingSafeEqual } from 'node:crypto';
+import type { HmacSha256Key } from '../crypto/hmac.ts';
+import { deny, ALLOW, type Decision } from '../decision.ts';
+import { checkDocument, parseIngestBody, verifyEnvelopeSignature } from '../feed/envelope.ts';
+import type { Clock, NonceStore } from '../ports.ts';
+import type { KeyObject } from 'node:crypto';
+
+const TIMESTAMP = /^-?[0-9]{1,19}$/;
+const NONCE = /^[0-9a-fA-F]{16,128}$/;
+const SIGNATURE = /^v1=[0-9a-fA-F]{64}$/;
+const INT64_MAX = 9223372036854775807n;
+const INT64_MIN = -9223372036854775808n;
+
+export interface IngestDeps {
+  readonly hmacKeys: readonly HmacSha256Key[];
+  readonly feedKeys: readonly KeyObject[];
+  readonly nonces: NonceStore;
+  readonly clock: Clock;
+  readonly replayWindowSecs: number;
+  readonly nonceTtlSecs: number;
+  /** Called when the nonce store fails (metrics/logs); the request is denied 503. */
+  readonly onStoreError?: (err: unknown) => void;
+}
+
+export interface IngestRequest {
+  readonly timestamp: string | undefined;
+  readonly nonce: string | undefined;
+  readonly signature: string | undefined;
+  readonly body: Buffer | undefined;
+}
+
+const UNAUTHORIZED_MISSING = deny('unauthorized', 'X-Edge-Timestamp, X-Edge-Nonce and X-Edge-Signature are required');
+const UNAUTHORIZED_TS = deny('unauthorized', 'X-Edge-Timestamp must be integer unix seconds');
+const UNAUTHORIZED_NONCE = deny('unauthorized', 'X-Edge-Nonce must be 16 to 128 hex characters');
+const UNAUTHORIZED_SIG_FORMAT = deny('unauthorized', 'X-Edge-Signature must be v1=<64 hex characters>');
+const UNAUTHORIZED_HMAC = deny('unauthorized');
+const EXPIRED = deny('timestamp expired');
+const REPLAY = deny('ingest_replay');
+const STORE_DOWN = deny('service_unavailable', 'nonce store unavailable; the request was not accepted');
+const BAD_SIGNATURE = deny('invalid_content_signature');
+
+/** Parses the timestamp header into a Number (±int64 checked); undefined when malformed. */
+export function parseTimestamp(raw: string): number | undefined {
+  if (!TIMESTAMP.test(raw)) return undefined;
+  if (raw.length >= 19) {
+    const big = BigInt(raw);
+    if (big > INT64_MAX || big < INT64_MIN) return undefined;
+  }
+  return Number(raw);
+}
+
+/** Checks headers, window and HMAC; returns a denial, or undefined when the request is authentic. */
+export function checkIngestSignature(req: IngestRequest, deps: IngestDeps, nowSecs: number): Decision | undefined {
+  const { timestamp, nonce, signature } = req;
+  if (timestamp === undefined || nonce === undefined || signature === undefined) return UNAUTHORIZED_MISSING;
+  const ts = parseTimestamp(timestamp);
+  if (ts === undefined) return UNAUTHORIZED_TS;
+  if (!NONCE.test(nonce)) return UNAUTHORIZED_NONCE;
+  if (!SIGNATURE.test(signature)) return UNAUTHORIZED_SIG_FORMAT;
+  if (Math.abs(nowSecs - ts) > deps.replayWindowSecs) return EXPIRED;
+  const given = Buffer.from(signature.slice(3), 'hex');
+  const body = req.body ?? EMPTY;
+  let ok = false;
+  // Every key is tried (no early exit), each compared in constant time.
+  for (const key of deps.hmacKeys) {
+    if (timingSafeEqual(key.mac(timestamp, '.', nonce, '.', body), given)) ok = true;
+  }
+  return ok ? undefined : UNAUTHORIZED_HMAC;
+}
+
+const EMPTY = Buffer.alloc(0);
+
+/** The content checks after the nonce is recorded: envelope → Ed25519 → document. */
+export function checkIngestContent(body: Buffer, feedKeys: readonly KeyObject[]): Decision {
+  const parsed = parseIngestBody(body);
+  if (!parsed.ok) return deny(parsed.code, parsed.message);
+  const { document, signature, conditionId } = parsed.value;
+  if (!verifyEnvelopeSignature(document, signature, feedKeys)) return BAD_SIGNATURE;
+  const doc = checkDocument(document, conditionId);
+  if (!doc.ok) return deny('invalid_envelope', doc.message);
+  return ALLOW;
+}
+
+/** The whole ingest policy. */
+export async function ingestStage(req: IngestRequest, deps: IngestDeps): Promise<Decision> {
+  const denial = checkIngestSignature(req, deps, deps.clock.nowSecs());
+  if (denial !== undefined) return denial;
+  // Keep the nonce at least until its timestamp has left the window (a request stamped
+  // now + window stays acceptable for 2 × window), whatever NONCE_TTL_SECS says.
+  const now = deps.clock.nowSecs();
+  const ttl = Math.max(deps.nonceTtlSecs, (parseTimestamp(req.timestamp as string) ?? now) + deps.replayWindowSecs + 1 - now);
+  let recorded;
+  try {
+    // Case-folded: one nonce, however it is spelled.
+    recorded = await deps.nonces.recordIfAbsent((req.nonce as string).toLowerCase(), ttl);
+  } catch (err) {
+    deps.onStoreError?.(err);
+    return STORE_DOWN;
+  }
+  if (recorded === 'replay') return REPLAY;
+  return checkIngestContent(req.body ?? EMPTY, deps.feedKeys);
+}

@@ -1,0 +1,114 @@
+/**
+ * Order policy (CONTRACT §5): envelope fields → market → deadline → size.
+ * The payload is validated as strict base64 without decoding it (ext_proc decodes it later).
+ */
+import { deny, ALLOW, type Decision } from '../decision.ts';
+import { CONDITION_ID } from '../feed/envelope.ts';
+import { compareDecimal } from '../feed/schema.ts';
+import type { Clock, MarketLookup, MarketMeta } from '../ports.ts';
+
+const SIZE = /^[0-9]+(\.[0-9]{1,18})?$/;
+const B64_BODY = /^[A-Za-z0-9+/]*$/;
+/** Last data character before '==' / '=' must leave the unused bits zero (canonical base64). */
+const PAD2_LAST = /[AQgw]/;
+const PAD1_LAST = /[AEIMQUYcgkosw048]/;
+
+export interface OrderDeps {
+  readonly markets: MarketLookup;
+  readonly clock: Clock;
+  readonly orderMaxTtlSecs: number;
+  readonly orderMaxSize: string | undefined;
+  readonly orderPayloadMaxBytes: number;
+  readonly onStoreError?: (err: unknown) => void;
+}
+
+export interface OrderEnvelope {
+  readonly marketId: string;
+  readonly deadline: number;
+  readonly size: string;
+  readonly payload: string;
+}
+
+/** Decoded length of strict, canonical, padded base64; -1 when `s` is not that. */
+export function strictBase64Length(s: string): number {
+  const n = s.length;
+  if (n === 0 || n % 4 !== 0) return -1;
+  const pad = s.charCodeAt(n - 1) === 61 /* = */ ? (s.charCodeAt(n - 2) === 61 ? 2 : 1) : 0;
+  const data = pad === 0 ? s : s.slice(0, n - pad);
+  if (!B64_BODY.test(data)) return -1;
+  if (pad === 2 && !PAD2_LAST.test(s.charAt(n - 3))) return -1;
+  if (pad === 1 && !PAD1_LAST.test(s.charAt(n - 2))) return -1;
+  return (n / 4) * 3 - pad;
+}
+
+const BAD_JSON = deny('invalid_json');
+const F_MARKET = deny('invalid_order', 'marketId must be a market conditionId string', 'marketId');
+const F_DEADLINE = deny('invalid_order', 'deadline must be an integer (unix seconds)', 'deadline');
+const F_SIZE = deny('invalid_order', 'size must be a decimal string', 'size');
+const F_PAYLOAD = deny('invalid_order', 'payload must be strict standard base64', 'payload');
+const UNKNOWN = deny('unknown_market');
+const CLOSED = deny('market_closed');
+const EXPIRED = deny('deadline_expired');
+const TOO_FAR = deny('deadline_too_far');
+const SIZE_FORMAT = deny('invalid_size', 'size must be a positive decimal with at most 18 fractional digits');
+const SIZE_MIN = deny('invalid_size', 'size is below the market minimum');
+const SIZE_MAX = deny('invalid_size', 'size is above the market maximum');
+const SIZE_CAP = deny('invalid_size', 'size is above ORDER_MAX_SIZE');
+const STORE_DOWN = deny('service_unavailable', 'market store unavailable; the order was not accepted');
+
+/** Parses and shape-checks the envelope; returns it or a denial. */
+export function parseOrder(body: Buffer | undefined, payloadMax: number): OrderEnvelope | Decision {
+  if (body === undefined || body.length === 0) return BAD_JSON;
+  let v: unknown;
+  try {
+    v = JSON.parse(body.toString('utf8'));
+  } catch {
+    return BAD_JSON;
+  }
+  if (typeof v !== 'object' || v === null || Array.isArray(v)) return BAD_JSON;
+  const { marketId, deadline, size, payload } = v as Record<string, unknown>;
+  if (typeof marketId !== 'string' || !CONDITION_ID.test(marketId)) return F_MARKET;
+  if (typeof deadline !== 'number' || !Number.isSafeInteger(deadline)) return F_DEADLINE;
+  if (typeof size !== 'string') return F_SIZE;
+  if (typeof payload !== 'string') return F_PAYLOAD;
+  const len = strictBase64Length(payload);
+  if (len < 1) return F_PAYLOAD;
+  if (len > payloadMax) return deny('invalid_order', `payload decodes to more than ${payloadMax} bytes`, 'payload');
+  return { marketId, deadline, size, payload };
+}
+
+/** Checks the envelope against the market record and the clock. */
+export function checkOrder(o: OrderEnvelope, m: MarketMeta | undefined, deps: OrderDeps, nowSecs: number): Decision {
+  if (m === undefined) return UNKNOWN;
+  if (!m.active || m.closed || (m.endTime !== undefined && m.endTime <= nowSecs)) return CLOSED;
+  if (o.deadline <= nowSecs) return EXPIRED;
+  if (o.deadline > nowSecs + deps.orderMaxTtlSecs) return TOO_FAR;
+  if (!SIZE.test(o.size) || compareDecimal(o.size, '0') <= 0) return SIZE_FORMAT;
+  if (m.minSize !== undefined && compareDecimal(o.size, m.minSize) < 0) return SIZE_MIN;
+  if (m.maxSize !== undefined && compareDecimal(o.size, m.maxSize) > 0) return SIZE_MAX;
+  if (deps.orderMaxSize !== undefined && compareDecimal(o.size, deps.orderMaxSize) > 0) return SIZE_CAP;
+  return ALLOW;
+}
+
+/** The whole order policy; synchronous when the market is in the cache. */
+export function orderStage(body: Buffer | undefined, deps: OrderDeps): Decision | Promise<Decision> {
+  const parsed = parseOrder(body, deps.orderPayloadMaxBytes);
+  if ('allow' in parsed) return parsed;
+  let market;
+  try {
+    market = deps.markets.get(parsed.marketId);
+  } catch (err) {
+    deps.onStoreError?.(err);
+    return STORE_DOWN;
+  }
+  if (market instanceof Promise) {
+    return market.then(
+      (m) => checkOrder(parsed, m, deps, deps.clock.nowSecs()),
+      (err: unknown) => {
+        deps.onStoreError?.(err);
+        return STORE_DOWN;
+      },
+    );
+  }
+  return checkOrder(parsed, market, deps, deps.clock.nowSecs());
+}

@@ -1,0 +1,62 @@
+/**
+ * GeoIP test databases, generated at test time by fixtures/make-mmdb.py (PyPI mmdb_writer
+ * in the project's .venv) into a fresh temporary directory. Nothing generated is ever
+ * written into the repository; the directory is removed when the process exits.
+ */
+import { execFileSync } from 'node:child_process';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+const ROOT = fileURLToPath(new URL('../../', import.meta.url));
+const SCRIPT = fileURLToPath(new URL('./fixtures/make-mmdb.py', import.meta.url));
+const PYTHON = join(ROOT, '.venv', 'bin', 'python');
+
+export interface GeoFixtures {
+  /** The temporary directory holding every file below. */
+  readonly dir: string;
+  /** GeoIP2/GeoLite2 City layout (country, registered_country, subdivisions), IPv4 + IPv6. */
+  readonly geoip2: string;
+  /** Same layout, different answers (the "monthly update" for reload tests). */
+  readonly geoip2Swapped: string;
+  /** ip-location-db layout (country_code only), IPv4 + IPv6. */
+  readonly iplocation: string;
+  /** ip-location-db layout, IPv4-only search tree. */
+  readonly iplocationV4: string;
+  /** geoip2.mmdb cut in half. */
+  readonly corruptTruncated: string;
+  /** Garbage tree and data with a valid-looking metadata section. */
+  readonly corruptGarbage: string;
+  /** What the script wrote: network → record, per file. */
+  readonly layout: Readonly<Record<string, Readonly<Record<string, unknown>>>>;
+}
+
+let cached: GeoFixtures | undefined;
+
+/** Generates the databases once per process and returns their paths. */
+export function geoFixtures(): GeoFixtures {
+  if (cached !== undefined) return cached;
+  const dir = mkdtempSync(join(tmpdir(), 'edge-geo-'));
+  process.once('exit', () => rmSync(dir, { recursive: true, force: true }));
+  const out = execFileSync(PYTHON, [SCRIPT, dir], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'] });
+  const p = (name: string): string => join(dir, name);
+  cached = Object.freeze({
+    dir,
+    geoip2: p('geoip2.mmdb'),
+    geoip2Swapped: p('geoip2-swapped.mmdb'),
+    iplocation: p('iplocation.mmdb'),
+    iplocationV4: p('iplocation-v4.mmdb'),
+    corruptTruncated: p('corrupt-truncated.mmdb'),
+    corruptGarbage: p('corrupt-garbage.mmdb'),
+    layout: JSON.parse(out) as Record<string, Record<string, unknown>>,
+  });
+  return cached;
+}
+
+/** A fresh scratch directory for one test (removed at exit), e.g. for reload/rename tests. */
+export function scratchDir(): string {
+  const dir = mkdtempSync(join(tmpdir(), 'edge-geo-scratch-'));
+  process.once('exit', () => rmSync(dir, { recursive: true, force: true }));
+  return dir;
+}

@@ -1,0 +1,252 @@
+/**
+ * Market data service on real Redis (a private redis-server, so Redis can be stopped and the
+ * keyspace is ours): the HTTP service called directly, and the store at its interface.
+ */
+import { after, before, describe, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { Writable } from 'node:stream';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { Registry } from 'prom-client';
+import type { Redis } from 'ioredis';
+import { createRedis } from '../../src/adapters/redis.ts';
+import { createLogger } from '../../src/log.ts';
+import { createMarketService, type MarketService } from '../../src/marketdata/http.ts';
+import { RedisMarketStore } from '../../src/marketdata/redis-store.ts';
+import { MemoryMarketStore, type MarketStore } from '../../src/marketdata/store.ts';
+import { validateDocument, type MarketDocument } from '../../src/feed/schema.ts';
+import { PrivateRedis } from '../redis-server.ts';
+import { envelopeFor, marketDoc, newFeedKey } from '../helpers.ts';
+
+const feed = newFeedKey();
+const logger = createLogger('silent', new Writable({ write: (_c, _e, cb) => cb() }));
+
+function doc(id: string, seq: number, extra: Record<string, unknown> = {}): MarketDocument {
+  const r = validateDocument(marketDoc(id, seq, extra));
+  assert.ok(r.ok);
+  return r.document;
+}
+const env = (d: object) => envelopeFor(d, feed) as { d: string; s: string; k: 'ed25519-sha256' };
+
+interface Svc { store: MarketStore; svc: MarketService; base: string; redis: Redis }
+
+async function startService(url: string, cacheTtlMs = 2000): Promise<Svc> {
+  const redis = createRedis(url);
+  await new Promise<void>((res) => redis.once('ready', () => res()));
+  const store = new RedisMarketStore(redis, { cacheTtlMs });
+  const svc = createMarketService({
+    store, feedKeys: [feed.publicKey], ingestMaxBytes: 1_048_576, logger, registry: new Registry(),
+    readiness: () => ({ authz: true, geoip: true, store: store.ready() }), isSealed: () => false, host: '127.0.0.1', port: 0,
+  });
+  const port = await svc.listen();
+  return { store, svc, base: `http://127.0.0.1:${port}`, redis };
+}
+
+async function stopService(s: Svc): Promise<void> {
+  await s.svc.close();
+  await s.store.close();
+  s.redis.disconnect();
+}
+
+function ingestBodyOf(d: object & { conditionId: string }): string {
+  return JSON.stringify({ conditionId: d.conditionId, ...env(d) });
+}
+
+async function post(base: string, body: string): Promise<{ status: number; json: Record<string, unknown> }> {
+  const r = await fetch(`${base}/internal/ingest/market`, { method: 'POST', body, headers: { 'content-type': 'application/json' } });
+  return { status: r.status, json: (await r.json()) as Record<string, unknown> };
+}
+
+describe('market service on Redis', () => {
+  let redisProc: PrivateRedis;
+  let a: Svc;
+  let b: Svc;
+  before(async () => {
+    redisProc = await PrivateRedis.start();
+    a = await startService(redisProc.url);
+    b = await startService(redisProc.url);
+    await sleep(100); // subscribers ready
+  });
+  after(async () => {
+    await stopService(a);
+    await stopService(b);
+    await redisProc.stop();
+  });
+
+  test('ingest → /v1/markets serves the byte-identical envelope and keeps unknown document fields', async () => {
+    const d = marketDoc('0xread1', 4, { venueNote: { tier: 2 }, tags: ['rain'] });
+    const envelope = env(d);
+    const r = await post(a.base, JSON.stringify({ conditionId: d.conditionId, ...envelope, ignoredExtra: 1 }));
+    assert.deepEqual([r.status, r.json], [200, { status: 'stored', conditionId: '0xread1', seq: 4 }]);
+    const page = (await (await fetch(`${b.base}/v1/markets?conditionId=0xread1`)).json()) as { markets: Record<string, unknown>[] };
+    const m = page.markets[0]!;
+    assert.deepEqual(m['envelope'], envelope);
+    assert.deepEqual(m['venueNote'], { tier: 2 });
+    assert.deepEqual(m['tags'], ['rain']);
+    // The served document equals the signed one.
+    const { envelope: _e, ...served } = m;
+    assert.deepEqual(served, JSON.parse(Buffer.from(envelope.d, 'base64').toString()));
+    const quotes = (await (await fetch(`${b.base}/v1/quotes?conditionId=0xread1`)).json()) as { quotes: Record<string, unknown>[] };
+    assert.deepEqual(quotes.quotes.map((q) => [q['tokenId'], q['outcome'], q['bid'], q['seq']]), [['1', 'Yes', '0.51', 4], ['2', 'No', '0.47', 4]]);
+  });
+
+  test('20 concurrent ingests of seq 1..20 in random order → stored seq 20, each 200 or 409, across two replicas', async () => {
+    const seqs = Array.from({ length: 20 }, (_, i) => i + 1).sort(() => Math.random() - 0.5);
+    const results = await Promise.all(seqs.map((seq, i) => post(i % 2 === 0 ? a.base : b.base, ingestBodyOf(marketDoc('0xrace', seq)))));
+    for (const r of results) assert.ok(r.status === 200 || (r.status === 409 && r.json['error'] === 'stale_document'), JSON.stringify(r));
+    const stored = (await (await fetch(`${a.base}/v1/markets?conditionId=0xrace`)).json()) as { markets: { seq: number }[] };
+    assert.equal(stored.markets[0]?.seq, 20);
+    const accepted = results.filter((r) => r.status === 200).map((r) => r.json['seq'] as number);
+    // Every accepted write was newer than every write accepted before it would have been: 20 is among them.
+    assert.ok(accepted.includes(20));
+    const again = await post(a.base, ingestBodyOf(marketDoc('0xrace', 20)));
+    assert.deepEqual([again.status, again.json['error']], [409, 'stale_document']);
+  });
+
+  test('cross-replica invalidation: a write through A is seen by B\'s cached order lookup at once (pub/sub)', async () => {
+    await a.store.put(doc('0xinv', 1), env(marketDoc('0xinv', 1)));
+    const first = await b.store.get('0xinv');
+    assert.equal(first?.closed, false);
+    assert.equal((b.store.get('0xinv') as { closed: boolean }).closed, false, 'second read is a synchronous cache hit');
+    await a.store.put(doc('0xinv', 2, { closed: true }), env(marketDoc('0xinv', 2, { closed: true })));
+    let seen: unknown;
+    for (let i = 0; i < 50; i++) {
+      const v = await b.store.get('0xinv');
+      seen = v?.closed;
+      if (seen === true) break;
+      await sleep(10);
+    }
+    assert.equal(seen, true);
+  });
+
+  test('pagination across 10,000 markets visits each exactly once with inserts happening meanwhile', async () => {
+    const ids = Array.from({ length: 10_000 }, (_, i) => `0xpage${String(i).padStart(5, '0')}`);
+    for (let i = 0; i < ids.length; i += 500) await Promise.all(ids.slice(i, i + 500).map((id) => a.store.put(doc(id, 1), env({ conditionId: id }))));
+    const seen = new Map<string, number>();
+    let cursor: string | null = null;
+    let pages = 0;
+    let inserted = 0;
+    do {
+      const url: string = `${a.base}/v1/markets?limit=500${cursor ? `&cursor=${cursor}` : ''}`;
+      const page = (await (await fetch(url)).json()) as { markets: { conditionId: string }[]; nextCursor: string | null };
+      for (const m of page.markets) seen.set(m.conditionId, (seen.get(m.conditionId) ?? 0) + 1);
+      cursor = page.nextCursor;
+      pages++;
+      // Inserts during the walk, before and after the cursor.
+      await b.store.put(doc(`0xpage${String(pages).padStart(5, '0')}x`, 1), env({}));
+      await b.store.put(doc(`0xpagf-late-${pages}`, 1), env({}));
+      inserted += 2;
+    } while (cursor !== null);
+    for (const id of ids) assert.equal(seen.get(id), 1, id);
+    assert.ok([...seen.values()].every((n) => n === 1), 'no market twice');
+    assert.ok(inserted > 0);
+  });
+
+  test('ETag + If-None-Match → 304; Cache-Control max-age', async () => {
+    const r1 = await fetch(`${a.base}/v1/markets?conditionId=0xread1`);
+    const etag = r1.headers.get('etag');
+    assert.ok(etag);
+    assert.match(r1.headers.get('cache-control') ?? '', /max-age=1/);
+    const r2 = await fetch(`${a.base}/v1/markets?conditionId=0xread1`, { headers: { 'if-none-match': etag } });
+    assert.equal(r2.status, 304);
+    await post(a.base, ingestBodyOf(marketDoc('0xread1', 9)));
+    const r3 = await fetch(`${a.base}/v1/markets?conditionId=0xread1`, { headers: { 'if-none-match': etag } });
+    assert.equal(r3.status, 200, 'a new seq changes the ETag');
+  });
+
+  test('bad documents → 400 invalid_envelope; nothing stored', async () => {
+    const cases: [string, Record<string, unknown>][] = [
+      ['conditionId differs', { ...marketDoc('0xother', 1) }],
+      ['negative seq', marketDoc('0xbad', -1)],
+      ['float seq', marketDoc('0xbad', 1.5)],
+      ['bad decimal', marketDoc('0xbad', 1, { minSize: '1e3' })],
+      ['bad outcome price', marketDoc('0xbad', 1, { outcomes: [{ tokenId: '1', name: 'Yes', bid: '.5' }] })],
+    ];
+    for (const [name, d] of cases) {
+      const body = JSON.stringify({ conditionId: '0xbad', ...env(d) });
+      const r = await post(a.base, body);
+      assert.deepEqual([r.status, r.json['error']], [400, 'invalid_envelope'], name);
+    }
+    const forged = JSON.stringify({ conditionId: '0xbad', ...env(marketDoc('0xbad', 1)), s: 'ab'.repeat(64) });
+    const r = await post(a.base, forged);
+    assert.deepEqual([r.status, r.json['error']], [401, 'invalid_content_signature']);
+    const page = (await (await fetch(`${a.base}/v1/markets?conditionId=0xbad`)).json()) as { markets: unknown[] };
+    assert.equal(page.markets.length, 0);
+  });
+
+  test('queries and routes: invalid_query, not_found, method_not_allowed, payload_too_large, invalid_json', async () => {
+    const cases: [string, string, number, string][] = [
+      ['GET', '/v1/markets?limit=501', 400, 'invalid_query'],
+      ['GET', '/v1/markets?limit=abc', 400, 'invalid_query'],
+      ['GET', '/v1/markets?active=yes', 400, 'invalid_query'],
+      ['GET', '/v1/markets?cursor=!!', 400, 'invalid_query'],
+      ['GET', '/v1/markets?cursor=YSBi', 400, 'invalid_query'], // decodes to 'a b', not an id
+      ['GET', '/v1/markets?bogus=1', 400, 'invalid_query'],
+      ['GET', '/v1/markets?limit=1&limit=2', 400, 'invalid_query'],
+      ['GET', '/v1/quotes?active=true', 400, 'invalid_query'],
+      ['GET', '/v1/markets?conditionId=a%20b', 400, 'invalid_query'],
+      ['GET', '/nope', 404, 'not_found'],
+      ['POST', '/v1/markets', 405, 'method_not_allowed'],
+      ['GET', '/internal/ingest/market', 405, 'method_not_allowed'],
+    ];
+    for (const [method, path, status, code] of cases) {
+      const r = await fetch(`${a.base}${path}`, { method });
+      assert.equal(r.status, status, `${method} ${path}`);
+      assert.equal(((await r.json()) as { error: string }).error, code, `${method} ${path}`);
+      assert.equal(r.headers.get('content-type'), 'application/json');
+    }
+    const big = await fetch(`${a.base}/internal/ingest/market`, { method: 'POST', body: 'x'.repeat(1_048_577) });
+    assert.equal(big.status, 413);
+    const nj = await post(a.base, '{nope');
+    assert.deepEqual([nj.status, nj.json['error']], [400, 'invalid_json']);
+  });
+
+  test('active filter pages only markets with that active value', async () => {
+    await a.store.put(doc('0xact-on', 1), env({}));
+    await a.store.put(doc('0xact-off', 1, { active: false }), env({}));
+    const on = (await (await fetch(`${a.base}/v1/markets?active=true&conditionId=0xact-on,0xact-off`)).json()) as { markets: { conditionId: string }[] };
+    assert.deepEqual(on.markets.map((m) => m.conditionId), ['0xact-on']);
+    const off = (await (await fetch(`${a.base}/v1/markets?active=false&limit=500`)).json()) as { markets: { conditionId: string }[] };
+    assert.ok(off.markets.some((m) => m.conditionId === '0xact-off'));
+    assert.ok(!off.markets.some((m) => m.conditionId === '0xact-on'));
+  });
+
+  test('Redis stopped → ingest and reads 503 service_unavailable, nothing half-written; recovers by itself', async () => {
+    await redisProc.stop();
+    try {
+      const r = await post(a.base, ingestBodyOf(marketDoc('0xdown', 1)));
+      assert.deepEqual([r.status, r.json['error']], [503, 'service_unavailable']);
+      const read = await fetch(`${a.base}/v1/markets`);
+      assert.equal(read.status, 503);
+      const health = await fetch(`${a.base}/healthz`);
+      assert.equal(health.status, 503);
+      assert.equal(((await health.json()) as { checks: { store: boolean } }).checks.store, false);
+    } finally {
+      await redisProc.resume();
+    }
+    let status = 0;
+    for (let i = 0; i < 100 && status !== 200; i++) {
+      await sleep(50);
+      status = (await post(a.base, ingestBodyOf(marketDoc('0xdown', 1)))).status;
+    }
+    assert.equal(status, 200);
+  });
+});
+
+describe('in-memory market store', () => {
+  test('compare-and-set, ordering and pagination match the Redis store contract', async () => {
+    const s = new MemoryMarketStore();
+    assert.equal(await s.put(doc('0xb', 2), env({})), 'stored');
+    assert.equal(await s.put(doc('0xb', 2), env({})), 'stale');
+    assert.equal(await s.put(doc('0xa', 1), env({})), 'stored');
+    assert.equal(await s.put(doc('0xc', 1, { active: false }), env({})), 'stored');
+    const p1 = await s.page({ limit: 2 });
+    assert.deepEqual(p1.markets.map((m) => m.conditionId), ['0xa', '0xb']);
+    assert.equal(p1.next, '0xb');
+    const p2 = await s.page({ limit: 2, after: p1.next });
+    assert.deepEqual(p2.markets.map((m) => m.conditionId), ['0xc']);
+    assert.equal(p2.next, undefined);
+    assert.deepEqual((await s.page({ limit: 10, active: false })).markets.map((m) => m.conditionId), ['0xc']);
+    assert.equal(s.get('0xb')?.seq, 2);
+    assert.equal(s.get('0xz'), undefined);
+  });
+});

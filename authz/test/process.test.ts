@@ -1,0 +1,58 @@
+/**
+ * The real entry point as a child process (Node 24): single-process and AUTHZ_WORKERS=2
+ * cluster mode — serving, aggregated metrics, seal through the admin port, and exit.
+ */
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { spawn } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import { fileURLToPath } from 'node:url';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { freePort } from './redis-server.ts';
+import { newFeedKey } from './helpers.ts';
+
+const ROOT = fileURLToPath(new URL('../../', import.meta.url));
+
+async function runMain(workers: number): Promise<void> {
+  const [grpc, market, admin] = [await freePort(), await freePort(), await freePort()];
+  const child = spawn(`${ROOT}scripts/node`, [`${ROOT}authz/src/main.ts`], {
+    env: {
+      ...process.env,
+      EDGE_INGEST_HMAC: `hex:${randomBytes(32).toString('hex')}`,
+      EDGE_FEED_ED25519_PUBLIC_KEY: newFeedKey().publicHex,
+      AUTHZ_GRPC_PORT: String(grpc), MARKET_PORT: String(market), AUTHZ_ADMIN_PORT: String(admin),
+      AUTHZ_WORKERS: String(workers), SHUTDOWN_GRACE_MS: '200', LOG_LEVEL: 'warn',
+    },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  let out = '';
+  child.stdout.on('data', (d: Buffer) => { out += d.toString(); });
+  child.stderr.on('data', (d: Buffer) => { out += d.toString(); });
+  const exited = new Promise<number | null>((resolve) => child.once('exit', (code) => resolve(code)));
+  try {
+    let up = false;
+    for (let i = 0; i < 100 && !up; i++) {
+      try {
+        up = (await fetch(`http://127.0.0.1:${market}/`)).status === 200;
+      } catch {
+        await sleep(100);
+      }
+    }
+    assert.ok(up, `service came up: ${out}`);
+    for (let i = 0; i < 6; i++) await (await fetch(`http://127.0.0.1:${market}/`)).text();
+    const metrics = await (await fetch(`http://127.0.0.1:${admin}/metrics`)).text();
+    assert.match(metrics, /edge_market_requests_total\{route="\/",status="200"\} 7/, 'metrics of every worker are aggregated');
+    assert.match(out, /IN-MEMORY/, 'the in-memory store is announced loudly');
+    const seal = await fetch(`http://127.0.0.1:${admin}/admin/seal`, { method: 'POST' });
+    assert.equal(seal.status, 202);
+    const sealed = await fetch(`http://127.0.0.1:${market}/`);
+    assert.equal(sealed.status, 503);
+    assert.equal(((await sealed.json()) as { error: string }).error, 'sealed');
+    assert.equal(await Promise.race([exited, sleep(10_000).then(() => 'timeout')]), 0, 'the process exits after draining');
+  } finally {
+    child.kill('SIGKILL');
+  }
+}
+
+test('process – single process: serves, seals through the admin port, exits 0', () => runMain(1));
+test('process – AUTHZ_WORKERS=2: metrics aggregated across workers, seal reaches every worker, exits 0', () => runMain(2));

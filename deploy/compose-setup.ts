@@ -1,0 +1,124 @@
+/**
+ * Development secrets for `docker compose` (deploy/docker-compose.yml), never committed:
+ *
+ *   scripts/node deploy/compose-setup.ts                       # once, before `docker compose up`
+ *   scripts/node deploy/compose-setup.ts --rotate-client-cert  # issue + publish a new client certificate
+ *   options: --out <dir> (default: deploy/)
+ *
+ * Writes, under <out>:
+ *   .secrets/ingest_hmac, ingest_hmac_previous (empty: no rotation in progress),
+ *            feed_public_keys, feed_private_key (the signing client's; mounted nowhere)
+ *   .secrets/pki/  dev PKI: backend CA + server certificate for the service name `backend`,
+ *                  client CA, and the edge's client certificate in the Kubernetes ..data layout
+ *                  (client/tls.crt → ..data/tls.crt) so rotation is an atomic symlink swap
+ *   .geoip/country.mmdb  the CC0 country database (replace it monthly by rename)
+ *   .env           EDGE_UID/EDGE_GID: the user every container runs as
+ *
+ * Compose mounts file secrets as bind mounts, so the host file's owner and mode are what the
+ * container sees (compose's `uid`/`mode` apply to Swarm only). Files are therefore 0400 and owned
+ * by the user the containers run as: the invoking user, or uid/gid 1000 when run as root (this
+ * script then writes everything as 1000, so later rotations keep the same owner).
+ */
+import { generateKeyPairSync, randomBytes } from 'node:crypto';
+import { chmodSync, chownSync, existsSync, mkdirSync, readdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
+import { join, resolve } from 'node:path';
+import { parseArgs } from 'node:util';
+import { fileURLToPath } from 'node:url';
+import { DEFAULT_GEOIP_DB } from '../authz/src/config.ts';
+import { generateDevPki, issue, publishClientCert } from '../scripts/dev/certs.ts';
+
+/** The uid/gid the service image runs as (deploy/Dockerfile `USER 1000:1000`). */
+export const IMAGE_UID = 1000;
+
+/** Paths under <out>, as docker-compose.yml refers to them (relative to deploy/). */
+export const COMPOSE_FILES = {
+  ingestHmac: '.secrets/ingest_hmac',
+  ingestHmacPrevious: '.secrets/ingest_hmac_previous',
+  feedPublicKeys: '.secrets/feed_public_keys',
+  feedPrivateKey: '.secrets/feed_private_key',
+  pki: '.secrets/pki',
+  backendCa: '.secrets/pki/backend-ca.crt',
+  backendCert: '.secrets/pki/backend.crt',
+  backendKey: '.secrets/pki/backend.key',
+  clientCa: '.secrets/pki/client-ca.crt',
+  clientCertDir: '.secrets/pki/client',
+  geoipDir: '.geoip',
+  geoipDb: '.geoip/country.mmdb',
+  env: '.env',
+} as const;
+
+/** Who the containers run as: the invoking user, or the image's user when invoked as root. */
+export function containerIds(uid: number, gid: number): { uid: number; gid: number } {
+  return uid === 0 ? { uid: IMAGE_UID, gid: IMAGE_UID } : { uid, gid };
+}
+
+/** As root, continue as the containers' user so every file written is theirs. */
+function becomeContainerUser(ids: { uid: number; gid: number }): void {
+  if (process.getuid?.() === 0 && ids.uid !== 0) {
+    process.setgroups?.([ids.gid]);
+    process.setgid?.(ids.gid);
+    process.setuid?.(ids.uid);
+  }
+}
+
+/** 0400 files (0600 for the CA serial files openssl rewrites), 0700 directories. */
+function restrict(dir: string): void {
+  chmodSync(dir, 0o700);
+  for (const f of readdirSync(dir)) {
+    const p = join(dir, f);
+    const st = statSync(p, { throwIfNoEntry: false });
+    if (st === undefined) continue;
+    if (st.isDirectory()) restrict(p);
+    else chmodSync(p, f.endsWith('.srl') ? 0o600 : 0o400);
+  }
+}
+
+export function setup(out: string): string {
+  const ids = containerIds(process.getuid?.() ?? IMAGE_UID, process.getgid?.() ?? IMAGE_UID);
+  const secrets = join(out, '.secrets');
+  if (existsSync(join(out, COMPOSE_FILES.ingestHmac))) return `${secrets} already exists; delete it to regenerate`;
+  writeFileSync(join(out, COMPOSE_FILES.env), `# written by deploy/compose-setup.ts: the user the containers run as\nEDGE_UID=${ids.uid}\nEDGE_GID=${ids.gid}\n`);
+  for (const d of [secrets, join(out, COMPOSE_FILES.geoipDir)]) {
+    mkdirSync(d, { recursive: true, mode: 0o700 });
+    if (process.getuid?.() === 0) chownSync(d, ids.uid, ids.gid);
+  }
+  // Read what lives in the checkout before dropping privileges: the checkout may sit where the
+  // container user cannot read (e.g. under /root).
+  const geoipBytes = readFileSync(DEFAULT_GEOIP_DB);
+  becomeContainerUser(ids);
+  const { privateKey, publicKey } = generateKeyPairSync('ed25519');
+  const hex = (b64url: string | undefined): string => Buffer.from(b64url ?? '', 'base64url').toString('hex');
+  writeFileSync(join(out, COMPOSE_FILES.ingestHmac), `hex:${randomBytes(32).toString('hex')}\n`);
+  writeFileSync(join(out, COMPOSE_FILES.ingestHmacPrevious), '');
+  writeFileSync(join(out, COMPOSE_FILES.feedPublicKeys), `${hex(publicKey.export({ format: 'jwk' }).x)}\n`);
+  writeFileSync(join(out, COMPOSE_FILES.feedPrivateKey), `${hex(privateKey.export({ format: 'jwk' }).d)}\n`);
+  generateDevPki(join(out, COMPOSE_FILES.pki), 'backend');
+  restrict(secrets);
+  writeFileSync(join(out, COMPOSE_FILES.geoipDb), geoipBytes);
+  chmodSync(join(out, COMPOSE_FILES.geoipDir), 0o755);
+  chmodSync(join(out, COMPOSE_FILES.geoipDb), 0o444);
+  return `wrote ${secrets}, ${join(out, COMPOSE_FILES.geoipDir)} and ${join(out, COMPOSE_FILES.env)} (containers run as ${ids.uid}:${ids.gid})`;
+}
+
+/**
+ * Issues a new client certificate from the dev client CA and publishes it the way a Kubernetes
+ * secret volume does (new ..<stamp> directory, atomic rename of ..data): the running Envoy picks
+ * it up through its SDS watched_directory, without a restart.
+ */
+export function rotateClientCert(out: string): string {
+  const pki = join(out, COMPOSE_FILES.pki);
+  if (!existsSync(join(pki, 'client-ca.key'))) throw new Error(`${pki}: run compose-setup.ts first`);
+  const st = statSync(pki);
+  becomeContainerUser({ uid: st.uid, gid: st.gid });
+  const name = `client-${Date.now()}`;
+  issue(pki, 'client-ca', name, 'edge-client', 'DNS:edge.internal', 'clientAuth');
+  publishClientCert(join(out, COMPOSE_FILES.clientCertDir), readFileSync(join(pki, `${name}.crt`)), readFileSync(join(pki, `${name}.key`)));
+  restrict(pki);
+  return `published ${name} into ${join(out, COMPOSE_FILES.clientCertDir)}`;
+}
+
+if (import.meta.main) {
+  const { values } = parseArgs({ options: { out: { type: 'string' }, 'rotate-client-cert': { type: 'boolean' } } });
+  const out = resolve(values.out ?? fileURLToPath(new URL('./', import.meta.url)));
+  process.stdout.write(`compose-setup: ${values['rotate-client-cert'] === true ? rotateClientCert(out) : setup(out)}\n`);
+}

@@ -1,0 +1,171 @@
+/**
+ * Renders the generated parts of the Kubernetes manifests from ONE settings object per
+ * environment, so Envoy's config and the TS service's environment cannot drift apart:
+ *
+ *   base/generated.yaml                      ConfigMaps edge-settings (both containers' environment,
+ *                                            envFrom) and edge-envoy (envoy.yaml + SDS file, rendered
+ *                                            by envoy/render.ts from the same settings)
+ *   base/generated-rollout.yaml              a Deployment patch: the pod template annotation
+ *                                            edge.trading/config-sha256, so a settings change rolls the pods
+ *   overlays/production/generated.yaml       the same three, rendered from the production settings
+ *                                            (a strategic-merge patch replacing the base's)
+ *
+ *   scripts/node deploy/k8s/render.ts           # (npm run render:k8s) rewrite the files
+ *   scripts/node deploy/k8s/render.ts --check   # exit 1 if a committed file is stale
+ *
+ * Change a setting HERE (K8S_ENV / PRODUCTION_ENV), never in the generated files or by patching
+ * edge-settings in an overlay: the Envoy config would not follow.
+ */
+import { createHash } from 'node:crypto';
+import { readFileSync, writeFileSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
+import YAML from 'yaml';
+import { loadConfig } from '../../authz/src/config.ts';
+import { renderEnvoy } from '../../envoy/render.ts';
+
+/** Where the Deployment mounts things (base/deployment.yaml). */
+export const MOUNTS = {
+  envoyConfig: '/etc/envoy',
+  clientCert: '/etc/edge/client',
+  backendCa: '/etc/edge/backend-ca',
+  secrets: '/etc/edge/secrets',
+  geoip: '/var/lib/geoip',
+} as const;
+
+/**
+ * The Secrets the pod mounts, created out of band (never committed; docs/deploy.md), and the
+ * keys each must hold.
+ */
+export const SECRETS = {
+  ingest: { name: 'edge-ingest', keys: ['ingest-hmac', 'ingest-hmac-previous', 'feed-public-keys'] },
+  clientCert: { name: 'edge-client-cert', keys: ['tls.crt', 'tls.key'] },
+  backendCa: { name: 'edge-backend-ca', keys: ['ca.crt'] },
+} as const;
+
+/**
+ * Pod shutdown, in order (base/deployment.yaml; a test checks the manifests agree):
+ * 1. both preStop hooks start; endpoints are being removed from Services and load balancers;
+ * 2. Envoy keeps serving for `endpointPropagationSecs`, then drains its listeners (connections
+ *    told to close: HTTP/1 `connection: close`, HTTP/2 GOAWAY) for `envoyDrainSecs`, then gets
+ *    SIGTERM and exits;
+ * 3. the TS service keeps deciding until `authzPreStopSecs` (after Envoy is gone), then gets
+ *    SIGTERM: it seals (credentials zeroed) and exits after SHUTDOWN_GRACE_MS;
+ * 4. terminationGracePeriodSeconds covers all of it.
+ */
+export const SHUTDOWN = {
+  endpointPropagationSecs: 5,
+  envoyDrainSecs: 5,
+  authzPreStopSecs: 12,
+  terminationGracePeriodSeconds: 30,
+} as const;
+
+/** The base settings (non-secret). Secrets come from files: *_FILE under MOUNTS.secrets. */
+export const K8S_ENV: Readonly<Record<string, string>> = {
+  EDGE_PORT: '8080',
+  AUTHZ_GRPC_PORT: '9191',
+  MARKET_PORT: '8081',
+  AUTHZ_ADMIN_PORT: '9464',
+  ENVOY_ADMIN_PORT: '9901',
+  // Same pod: Envoy reaches the TS service over loopback. The TS service binds 0.0.0.0 so the
+  // kubelet's gRPC probe reaches it; the NetworkPolicy admits only Envoy's port (and metrics
+  // from the monitoring namespace), never the gRPC or market port.
+  AUTHZ_ADDRESS: '127.0.0.1',
+  MARKET_ADDRESS: '127.0.0.1',
+  AUTHZ_BIND_ADDRESS: '0.0.0.0',
+  // Prometheus scrapes :9464/metrics; /admin/seal on that port still answers loopback peers only.
+  ADMIN_BIND_ADDRESS: '0.0.0.0',
+  // One trusted hop: the cloud L7 load balancer in front of the Service appends the client address.
+  XFF_NUM_TRUSTED_HOPS: '1',
+  RPS_PER_IP: '20',
+  RATE_BURST: '40',
+  // Sentinel: every replica follows the elected primary (docs/deploy.md "Redis").
+  REDIS_URL: 'redis+sentinel://redis-sentinel-0.redis-sentinel:26379,redis-sentinel-1.redis-sentinel:26379,redis-sentinel-2.redis-sentinel:26379/edge',
+  ORDER_BACKEND_URL: 'https://orders.exchange.internal:8443',
+  ORDER_BACKEND_SAN: 'orders.exchange.internal',
+  ORDER_BACKEND_CA_FILE: `${MOUNTS.backendCa}/ca.crt`,
+  EDGE_CLIENT_CERT_FILE: `${MOUNTS.clientCert}/tls.crt`,
+  EDGE_CLIENT_KEY_FILE: `${MOUNTS.clientCert}/tls.key`,
+  ORDER_BACKEND_TIMEOUT_MS: '5000',
+  ORDER_BACKEND_MAX_CONN_SECS: '300',
+  GEOIP_DB: `${MOUNTS.geoip}/country.mmdb`,
+  GEOIP_RELOAD_INTERVAL_MS: '10000',
+  BLOCKED_COUNTRIES: '',
+  GEO_TRUSTED_CIDRS: '127.0.0.0/8,::1/128',
+  EDGE_INGEST_HMAC_FILE: `${MOUNTS.secrets}/ingest-hmac`,
+  // Empty outside a key rotation (docs/operations.md).
+  EDGE_INGEST_HMAC_PREVIOUS_FILE: `${MOUNTS.secrets}/ingest-hmac-previous`,
+  EDGE_FEED_ED25519_PUBLIC_KEY_FILE: `${MOUNTS.secrets}/feed-public-keys`,
+  SHUTDOWN_GRACE_MS: '10000',
+  LOG_LEVEL: 'info',
+};
+
+/** The production overlay's settings: the base plus what differs there. */
+export const PRODUCTION_ENV: Readonly<Record<string, string>> = {
+  ...K8S_ENV,
+  // Two worker processes per pod (the overlay gives the authz container 2 CPUs).
+  AUTHZ_WORKERS: '2',
+};
+
+const DIR = new URL('./', import.meta.url);
+export const GENERATED = {
+  base: fileURLToPath(new URL('base/generated.yaml', DIR)),
+  baseRollout: fileURLToPath(new URL('base/generated-rollout.yaml', DIR)),
+  production: fileURLToPath(new URL('overlays/production/generated.yaml', DIR)),
+} as const;
+
+/** The annotation whose change makes the Deployment roll when settings or Envoy's config change. */
+export const CONFIG_HASH_ANNOTATION = 'edge.trading/config-sha256';
+
+function configMaps(env: Readonly<Record<string, string>>): Record<string, unknown>[] {
+  const config = loadConfig(env);
+  const rendered = renderEnvoy(config, { sdsPath: `${MOUNTS.envoyConfig}/sds-client-cert.yaml`, nodeId: 'edge-envoy' });
+  for (const w of rendered.warnings) throw new Error(`renderer warning for the Kubernetes settings: ${w}`);
+  return [
+    { apiVersion: 'v1', kind: 'ConfigMap', metadata: { name: 'edge-settings', labels: { app: 'edge' } }, data: { ...env } },
+    {
+      apiVersion: 'v1', kind: 'ConfigMap', metadata: { name: 'edge-envoy', labels: { app: 'edge' } },
+      data: { 'envoy.yaml': rendered.bootstrap, 'sds-client-cert.yaml': rendered.sds ?? '' },
+    },
+  ];
+}
+
+function rolloutPatch(maps: Record<string, unknown>[]): Record<string, unknown> {
+  const hash = createHash('sha256').update(JSON.stringify(maps)).digest('hex');
+  return {
+    apiVersion: 'apps/v1', kind: 'Deployment', metadata: { name: 'edge' },
+    spec: { template: { metadata: { annotations: { [CONFIG_HASH_ANNOTATION]: hash } } } },
+  };
+}
+
+function yamlDocs(docs: Record<string, unknown>[], from: string): string {
+  const head = `# GENERATED by deploy/k8s/render.ts from ${from} — do not edit; run: npm run render:k8s\n`;
+  // Literal block scalars: envoy.yaml stays readable and round-trips byte for byte.
+  return head + docs.map((d) => YAML.stringify(d, { blockQuote: 'literal', lineWidth: 0 })).join('---\n');
+}
+
+/** Every generated file's path and fresh content. */
+export function renderManifests(): Record<string, string> {
+  const base = configMaps(K8S_ENV);
+  const production = configMaps(PRODUCTION_ENV);
+  return {
+    [GENERATED.base]: yamlDocs(base, 'K8S_ENV'),
+    [GENERATED.baseRollout]: yamlDocs([rolloutPatch(base)], 'K8S_ENV'),
+    [GENERATED.production]: yamlDocs([...production, rolloutPatch(production)], 'PRODUCTION_ENV'),
+  };
+}
+
+if (import.meta.main) {
+  const stale: string[] = [];
+  for (const [path, text] of Object.entries(renderManifests())) {
+    if (process.argv.includes('--check')) {
+      if (readFileSync(path, 'utf8') !== text) stale.push(path);
+    } else {
+      writeFileSync(path, text);
+      process.stdout.write(`wrote ${path}\n`);
+    }
+  }
+  if (stale.length > 0) {
+    process.stderr.write(`stale: ${stale.join(', ')}\nrun: npm run render:k8s\n`);
+    process.exit(1);
+  }
+}

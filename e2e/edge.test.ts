@@ -1,0 +1,346 @@
+/**
+ * End-to-end through real Envoy 1.40: the whole stack as local processes (e2e/lib/stack.ts),
+ * driven only through Envoy's port with fetch. Real Redis (a private redis-server), real
+ * mTLS with certificates generated at run time, the real TS service on Node 24.
+ */
+import { after, before, describe, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { randomBytes, X509Certificate } from 'node:crypto';
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { geoFixtures } from '../authz/test/geo-fixtures.ts';
+import { issue, publishClientCert } from '../scripts/dev/certs.ts';
+import { startStack, type Stack } from './lib/driver.ts';
+import { allowedIp, CU_IP, errorCode, ingest, KP_IP, orderBody, request, signed, uniqueId } from './lib/client.ts';
+
+const ENV = {
+  XFF_NUM_TRUSTED_HOPS: '1',
+  BLOCKED_COUNTRIES: 'KP,CU',
+  GEO_BLOCKED_BY_URL: 'https://venue.example/jurisdictions',
+  ORDER_BACKEND_TIMEOUT_MS: '1500',
+  ORDER_BACKEND_MAX_CONN_SECS: '2',
+  ORDER_PAYLOAD_MAX_BYTES: '32768',
+};
+
+let stack: Stack;
+let market: string;
+
+before(async () => {
+  stack = await startStack({ env: ENV, geoipDb: geoFixtures().geoip2 });
+  market = uniqueId('0xe2e');
+  const r = await ingest(stack, market, 1);
+  assert.equal(r.status, 200, r.text);
+});
+after(async () => stack?.stop());
+
+describe('public endpoints', () => {
+  test('GET / and /healthz answer 200 JSON through Envoy', async () => {
+    const root = await request(stack, 'GET', '/');
+    assert.deepEqual(root.json(), { service: 'edge-trading-proxy', version: '1.0.0', api: 'v1' });
+    const health = await request(stack, 'GET', '/healthz');
+    assert.equal(health.status, 200);
+    assert.equal(health.json()['status'], 'ok');
+  });
+
+  test('unknown path → 404 not_found, wrong method → 405 method_not_allowed, bad query → 400 invalid_query', async () => {
+    assert.equal(errorCode(await request(stack, 'GET', '/nope')), 'not_found');
+    const r405 = await request(stack, 'DELETE', '/v1/markets');
+    assert.equal(r405.status, 405);
+    assert.equal(errorCode(r405), 'method_not_allowed');
+    const bad = await request(stack, 'GET', '/v1/markets?limit=0');
+    assert.equal(bad.status, 400);
+    assert.equal(errorCode(bad), 'invalid_query');
+  });
+});
+
+describe('protocols', () => {
+  test('HTTP/2 (h2c prior knowledge) reaches the edge like HTTP/1.1', async () => {
+    const { connect } = await import('node:http2');
+    const session = connect(stack.edgeUrl);
+    try {
+      const [status, body] = await new Promise<[number, string]>((resolve, reject) => {
+        const req = session.request({ ':path': '/', ':method': 'GET', 'x-forwarded-for': '192.0.2.20' });
+        let status = 0;
+        let data = '';
+        req.on('response', (h) => { status = Number(h[':status']); });
+        req.setEncoding('utf8');
+        req.on('data', (c: string) => { data += c; });
+        req.on('end', () => resolve([status, data]));
+        req.on('error', reject);
+        req.end();
+      });
+      assert.equal(status, 200);
+      assert.equal(JSON.parse(body).service, 'edge-trading-proxy');
+    } finally {
+      session.close();
+    }
+  });
+});
+
+describe('geo', () => {
+  test('two different blocked countries get byte-identical 451 bodies; an allowed country passes', async () => {
+    const kp = await request(stack, 'GET', '/v1/markets', { ip: KP_IP });
+    const cu = await request(stack, 'GET', '/healthz', { ip: CU_IP });
+    assert.equal(kp.status, 451);
+    assert.equal(cu.status, 451);
+    assert.equal(kp.text, cu.text);
+    assert.equal(errorCode(kp), 'restricted_jurisdiction');
+    assert.equal(kp.headers.get('cache-control'), 'no-store');
+    assert.equal(kp.headers.get('link'), '<https://venue.example/jurisdictions>; rel="blocked-by"');
+    assert.equal((await request(stack, 'GET', '/v1/markets', { ip: '192.0.2.10' })).status, 200);
+  });
+
+  test('an address with no database record is blocked (GEO_UNKNOWN=block)', async () => {
+    const r = await request(stack, 'GET', '/', { ip: '100.64.9.9' });
+    assert.equal(r.status, 451);
+  });
+});
+
+describe('ingest', () => {
+  test('an ingest is served by /v1/markets (signed envelope included) and /v1/quotes', async () => {
+    const id = uniqueId('0xserve');
+    assert.equal((await ingest(stack, id, 3, { extraField: { keep: true } })).status, 200);
+    const m = await request(stack, 'GET', `/v1/markets?conditionId=${id}`);
+    assert.equal(m.status, 200);
+    const [rec] = m.json()['markets'] as Record<string, unknown>[];
+    assert.equal(rec?.['seq'], 3);
+    assert.deepEqual(rec?.['extraField'], { keep: true });
+    assert.equal((rec?.['envelope'] as Record<string, unknown>)['k'], 'ed25519-sha256');
+    const q = await request(stack, 'GET', `/v1/quotes?conditionId=${id}`);
+    const quotes = q.json()['quotes'] as Record<string, unknown>[];
+    assert.equal(quotes.length, 2);
+    assert.equal(quotes[0]?.['conditionId'], id);
+  });
+
+  test('replay → 401 ingest_replay; 50 concurrent replays → exactly one 200', async () => {
+    const id = uniqueId('0xreplay');
+    const base = Buffer.from(JSON.stringify({ conditionId: id, seq: 1, question: 'q?', active: true, closed: false, outcomes: [], updatedAt: 1 }));
+    const s = signed(stack, base, id);
+    const all = await Promise.all(Array.from({ length: 50 }, () => request(stack, 'POST', '/internal/ingest/market', { body: s.body, headers: s.headers })));
+    assert.equal(all.filter((r) => r.status === 200).length, 1);
+    assert.ok(all.filter((r) => r.status !== 200).every((r) => r.status === 401 && errorCode(r) === 'ingest_replay'));
+    const again = await request(stack, 'POST', '/internal/ingest/market', { body: s.body, headers: s.headers });
+    assert.equal(errorCode(again), 'ingest_replay');
+  });
+
+  test('ingest errors: unauthorized, timestamp expired, invalid_json, invalid_envelope, invalid_content_signature, stale_document, payload_too_large', async () => {
+    const id = uniqueId('0xerr');
+    const doc = Buffer.from(JSON.stringify({ conditionId: id, seq: 5, question: 'q?', active: true, closed: false, outcomes: [], updatedAt: 1 }));
+    const s = signed(stack, doc, id);
+    const bad = await request(stack, 'POST', '/internal/ingest/market', { body: s.body, headers: { ...s.headers, 'x-edge-signature': `v1=${'0'.repeat(64)}` } });
+    assert.deepEqual([bad.status, errorCode(bad)], [401, 'unauthorized']);
+    const missing = await request(stack, 'POST', '/internal/ingest/market', { body: s.body });
+    assert.deepEqual([missing.status, errorCode(missing)], [401, 'unauthorized']);
+    // An old timestamp, correctly signed.
+    const { createHmac } = await import('node:crypto');
+    const ts = String(Math.floor(Date.now() / 1000) - 301);
+    const nonce = randomBytes(16).toString('hex');
+    const mac = createHmac('sha256', stack.hmacKey).update(`${ts}.${nonce}.`).update(s.body).digest('hex');
+    const old = await request(stack, 'POST', '/internal/ingest/market', { body: s.body, headers: { 'x-edge-timestamp': ts, 'x-edge-nonce': nonce, 'x-edge-signature': `v1=${mac}` } });
+    assert.deepEqual([old.status, errorCode(old)], [401, 'timestamp expired']);
+    // Correct HMAC over bodies with bad content.
+    const send = (body: Buffer) => {
+      const ts2 = String(Math.floor(Date.now() / 1000));
+      const n = randomBytes(16).toString('hex');
+      const m = createHmac('sha256', stack.hmacKey).update(`${ts2}.${n}.`).update(body).digest('hex');
+      return request(stack, 'POST', '/internal/ingest/market', { body, headers: { 'x-edge-timestamp': ts2, 'x-edge-nonce': n, 'x-edge-signature': `v1=${m}` } });
+    };
+    const notJson = await send(Buffer.from('[1,2'));
+    assert.deepEqual([notJson.status, errorCode(notJson)], [400, 'invalid_json']);
+    const env = JSON.parse(s.body.toString()) as Record<string, string>;
+    const badK = await send(Buffer.from(JSON.stringify({ ...env, k: 'rsa' })));
+    assert.deepEqual([badK.status, errorCode(badK)], [400, 'invalid_envelope']);
+    const flipped = (env['s'] ?? '').replace(/^./, (c) => (c === '0' ? '1' : '0'));
+    const badSig = await send(Buffer.from(JSON.stringify({ ...env, s: flipped })));
+    assert.deepEqual([badSig.status, errorCode(badSig)], [401, 'invalid_content_signature']);
+    assert.equal((await send(s.body)).status, 200);
+    const stale = await send(signed(stack, doc, id).body);
+    assert.deepEqual([stale.status, errorCode(stale)], [409, 'stale_document']);
+    const big = await request(stack, 'POST', '/internal/ingest/market', { body: Buffer.alloc(1_048_577, 0x20), headers: s.headers });
+    assert.deepEqual([big.status, errorCode(big)], [413, 'payload_too_large']);
+  });
+});
+
+describe('orders', () => {
+  test('200 random payloads (0x00, invalid UTF-8, 1 byte, the maximum) reach the backend byte-exact over mTLS', async () => {
+    const clientFp = new X509Certificate(readFileSync(stack.pki.clientCertFile)).fingerprint256;
+    const payloads = [Buffer.from([0]), Buffer.from([0xff, 0xfe, 0x80]), Buffer.alloc(32768, 0xab), randomBytes(32768)];
+    while (payloads.length < 200) payloads.push(randomBytes(1 + Math.floor(Math.random() * 4096)));
+    const before = stack.backend.deliveries.length;
+    for (let i = 0; i < payloads.length; i += 20) {
+      const batch = payloads.slice(i, i + 20);
+      const replies = await Promise.all(batch.map((p) => request(stack, 'POST', '/v1/orders', { body: orderBody(market, p), headers: { 'content-type': 'application/json' } })));
+      for (const r of replies) assert.equal(r.status, 200, r.text);
+    }
+    const got = stack.backend.deliveries.slice(before);
+    assert.equal(got.length, payloads.length, 'each order delivered exactly once');
+    const bodies = new Set(got.map((d) => d.body.toString('base64')));
+    for (const p of payloads) assert.ok(bodies.has(p.toString('base64')), 'payload delivered byte-exact');
+    for (const d of got) {
+      assert.equal(d.path, '/orders');
+      assert.equal(Number(d.headers['content-length']), d.body.length);
+      assert.equal(d.headers['content-type'], 'application/octet-stream');
+      assert.equal(d.headers['x-edge-market-id'], market);
+      assert.equal(d.headers['x-edge-size'], '10');
+      assert.match(String(d.headers['x-request-id']), /^[0-9a-f-]{36}$/);
+      assert.equal(d.clientCertFingerprint, clientFp);
+    }
+  });
+
+  test('order errors: invalid_json, invalid_order (field), unknown_market, market_closed, deadline_expired, deadline_too_far, invalid_size, payload_too_large — nothing delivered', async () => {
+    const closed = uniqueId('0xclosed');
+    assert.equal((await ingest(stack, closed, 1, { closed: true })).status, 200);
+    const now = Math.floor(Date.now() / 1000);
+    const p = Buffer.from('order');
+    const cases: [string, number, string][] = [
+      ['{', 400, 'invalid_json'],
+      [orderBody(market, p, { payload: 'not base64!' }), 400, 'invalid_order'],
+      [orderBody('0xnope', p), 404, 'unknown_market'],
+      [orderBody(closed, p), 409, 'market_closed'],
+      [orderBody(market, p, { deadline: now - 5 }), 422, 'deadline_expired'],
+      [orderBody(market, p, { deadline: now + 90_000 }), 422, 'deadline_too_far'],
+      [orderBody(market, p, { size: '0' }), 422, 'invalid_size'],
+      [orderBody(market, p, { size: '100001' }), 422, 'invalid_size'],
+      [orderBody(market, Buffer.alloc(32_769)), 400, 'invalid_order'],
+      [orderBody(market, Buffer.alloc(50_000)), 413, 'payload_too_large'],
+    ];
+    const before = stack.backend.deliveries.length;
+    for (const [body, status, code] of cases) {
+      const r = await request(stack, 'POST', '/v1/orders', { body, headers: { 'content-type': 'application/json' } });
+      assert.deepEqual([r.status, errorCode(r)], [status, code], body.slice(0, 80));
+      if (code === 'invalid_order') assert.equal(r.json()['field'], 'payload');
+    }
+    assert.equal(stack.backend.deliveries.length, before, 'no rejected order reached the backend');
+  });
+
+  test('rotated client certificate (k8s ..data swap) is presented to the backend without an Envoy restart', async () => {
+    issue(stack.pki.dir, 'client-ca', 'client-2', 'edge-client-2', 'DNS:edge.internal', 'clientAuth');
+    const newFp = new X509Certificate(readFileSync(join(stack.pki.dir, 'client-2.crt'))).fingerprint256;
+    publishClientCert(join(stack.pki.dir, 'client'), readFileSync(join(stack.pki.dir, 'client-2.crt')), readFileSync(join(stack.pki.dir, 'client-2.key')));
+    let seen: string | undefined;
+    for (let i = 0; i < 60 && seen !== newFp; i++) {
+      const r = await request(stack, 'POST', '/v1/orders', { body: orderBody(market, randomBytes(8)), headers: { 'content-type': 'application/json' } });
+      assert.equal(r.status, 200, 'no order fails during the rotation');
+      seen = stack.backend.deliveries.at(-1)?.clientCertFingerprint;
+      await sleep(100);
+    }
+    assert.equal(seen, newFp, 'the backend sees the new certificate within ORDER_BACKEND_MAX_CONN_SECS');
+  });
+
+  test('a backend with a certificate from another CA → 502 backend_unavailable, nothing delivered; nothing listening → 502', async () => {
+    await stack.swapBackend('rogue');
+    try {
+      const r = await request(stack, 'POST', '/v1/orders', { body: orderBody(market, Buffer.from('x')), headers: { 'content-type': 'application/json' } });
+      assert.deepEqual([r.status, errorCode(r)], [502, 'backend_unavailable']);
+      assert.equal(stack.backend.deliveries.length, 0, 'the rogue backend received nothing');
+      await stack.swapBackend('down');
+      const down = await request(stack, 'POST', '/v1/orders', { body: orderBody(market, Buffer.from('x')), headers: { 'content-type': 'application/json' } });
+      assert.deepEqual([down.status, errorCode(down)], [502, 'backend_unavailable']);
+    } finally {
+      await stack.swapBackend('good');
+    }
+  });
+
+  test('a slow backend → 504 backend_timeout, and the order was sent exactly once (no retries)', async () => {
+    stack.backend.mode = 'slow';
+    stack.backend.delayMs = 3000;
+    try {
+      const before = stack.backend.deliveries.length;
+      const r = await request(stack, 'POST', '/v1/orders', { body: orderBody(market, Buffer.from('slow')), headers: { 'content-type': 'application/json' } });
+      assert.deepEqual([r.status, errorCode(r)], [504, 'backend_timeout']);
+      await sleep(200);
+      assert.equal(stack.backend.deliveries.length, before + 1);
+    } finally {
+      stack.backend.mode = 'ok';
+    }
+  });
+});
+
+describe('rate limit', () => {
+  test('burst of 40 then 429 JSON with x-ratelimit headers; refills at ~20/s; two addresses are independent', async () => {
+    const ip = '192.0.2.77';
+    const other = '192.0.2.78';
+    const t0 = Date.now();
+    const replies = await Promise.all(Array.from({ length: 60 }, () => request(stack, 'GET', '/', { ip })));
+    const elapsed = (Date.now() - t0) / 1000;
+    const ok = replies.filter((r) => r.status === 200).length;
+    // 40 of burst, plus whatever refilled at 20/s while the 60 requests were in flight.
+    assert.ok(ok >= 40 && ok <= 40 + Math.ceil(20 * elapsed) + 1, `burst allowed ${ok} in ${elapsed}s`);
+    const limited = replies.filter((r) => r.status === 429);
+    assert.ok(limited.length >= 10);
+    assert.equal(errorCode(limited[0]!), 'too many requests');
+    assert.ok(limited[0]!.headers.get('x-ratelimit-limit') !== null);
+    assert.equal((await request(stack, 'GET', '/', { ip: other })).status, 200, 'another address has its own bucket');
+    // Refill: after the bucket is empty, wait ~1 s and spend everything that came back.
+    const emptiedAt = Date.now();
+    await sleep(1000);
+    const second = await Promise.all(Array.from({ length: 40 }, () => request(stack, 'GET', '/', { ip })));
+    const refillSecs = (Date.now() - emptiedAt) / 1000;
+    const refilled = second.filter((r) => r.status === 200).length;
+    assert.ok(refilled >= 18 && refilled <= Math.ceil(20 * refillSecs) + 1, `refilled ${refilled} in ${refillSecs}s at 20/s`);
+  });
+});
+
+describe('faults', () => {
+  test('authz killed → 503 service_unavailable JSON (fail closed), recovers when it returns', async () => {
+    await stack.killAuthz();
+    const before = stack.backend.deliveries.length;
+    const r = await request(stack, 'POST', '/v1/orders', { body: orderBody(market, Buffer.from('x')), headers: { 'content-type': 'application/json' } });
+    assert.deepEqual([r.status, errorCode(r)], [503, 'service_unavailable']);
+    const g = await request(stack, 'GET', '/v1/markets');
+    assert.equal(g.status, 503);
+    assert.equal(stack.backend.deliveries.length, before, 'no unchecked order went upstream');
+    await stack.startAuthz();
+    let back = 0;
+    for (let i = 0; i < 50 && back !== 200; i++) {
+      back = (await request(stack, 'GET', '/')).status;
+      if (back !== 200) await sleep(100);
+    }
+    assert.equal(back, 200);
+  });
+
+  test('Redis stopped → ingest 503 with nothing stored; reads answer from cache or 503 JSON; recovery', async () => {
+    const id = uniqueId('0xredis');
+    await stack.redis.stop();
+    try {
+      const r = await ingest(stack, id, 1);
+      assert.deepEqual([r.status, errorCode(r)], [503, 'service_unavailable']);
+      const read = await request(stack, 'GET', '/v1/markets');
+      assert.ok(read.status === 200 || (read.status === 503 && errorCode(read) === 'service_unavailable'), `read ${read.status}`);
+    } finally {
+      await stack.redis.resume();
+    }
+    let status = 0;
+    for (let i = 0; i < 60 && status !== 200; i++) {
+      await sleep(100);
+      status = (await ingest(stack, id, 1)).status;
+    }
+    assert.equal(status, 200, 'ingest recovers after Redis returns');
+    const m = await request(stack, 'GET', `/v1/markets?conditionId=${id}`);
+    assert.equal((m.json()['markets'] as unknown[]).length, 1);
+  });
+
+  test('logs contain no secrets, signatures, full nonces or order payloads', async () => {
+    const s = signed(stack, Buffer.from('{}'), 'x');
+    const logs = stack.logs();
+    assert.ok(!logs.includes(stack.hmacKey.toString('hex')), 'HMAC key');
+    assert.ok(!logs.includes(s.headers['x-edge-signature']!.slice(3, 40)), 'signature');
+    assert.ok(!/[0-9a-f]{32}/.test(logs.replace(/"(id|requestId|request_id|x_request_id)":"[^"]*"/g, '')), 'no 32+ hex run (nonces, signatures, keys)');
+  });
+
+  test('sealing through the admin port → 503 sealed; stopping the stack leaves no process behind', async () => {
+    const res = await fetch(`${stack.authzAdmin}/admin/seal`, { method: 'POST' });
+    assert.equal(res.status, 202);
+    const r = await request(stack, 'GET', '/');
+    assert.deepEqual([r.status, errorCode(r)], [503, 'sealed']);
+    const pids = stack.pids();
+    await stack.stop();
+    for (const pid of pids) {
+      assert.throws(() => process.kill(pid, 0), 'process is gone');
+    }
+    stack = undefined as unknown as Stack;
+  });
+});
+
+void allowedIp;

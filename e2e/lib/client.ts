@@ -1,0 +1,66 @@
+/**
+ * Ordinary HTTP clients for the e2e suite: everything goes through Envoy's port.
+ * Client addresses are chosen with X-Forwarded-For (the stack trusts one hop), from the
+ * documentation ranges of the generated GeoIP database (authz/test/fixtures/make-mmdb.py):
+ *   192.0.2.0/25 and 2001:db8:3::/48 → CH (allowed); 198.51.100.0/25 → KP, 198.51.100.128/25 → CU.
+ */
+import { randomBytes } from 'node:crypto';
+import { signedIngest, demoDocument } from '../../scripts/edge-client.ts';
+import type { Stack } from './stack.ts';
+import { validateResponse } from './openapi-validate.ts';
+
+let counter = 1;
+/** A fresh allowed client address (its own rate-limit bucket). */
+export function allowedIp(): string {
+  counter += 1;
+  return `2001:db8:3::${(counter >>> 16).toString(16)}:${(counter & 0xffff).toString(16)}`;
+}
+
+export const KP_IP = '198.51.100.7';
+export const CU_IP = '198.51.100.200';
+
+export interface Reply {
+  status: number;
+  headers: Headers;
+  text: string;
+  json(): Record<string, unknown>;
+}
+
+export async function request(stack: Stack, method: string, path: string, opts: { ip?: string; body?: Buffer | string; headers?: Record<string, string> } = {}): Promise<Reply> {
+  const headers: Record<string, string> = { 'x-forwarded-for': opts.ip ?? allowedIp(), ...opts.headers };
+  const body = opts.body === undefined ? undefined : typeof opts.body === 'string' ? opts.body : new Uint8Array(opts.body);
+  const res = await fetch(`${stack.edgeUrl}${path}`, { method, headers, body });
+  const text = await res.text();
+  // Every response through Envoy must match the published contract.
+  validateResponse(method, path, res.status, res.headers.get('content-type'), text);
+  return { status: res.status, headers: res.headers, text, json: () => JSON.parse(text) as Record<string, unknown> };
+}
+
+/** A signed ingest of `doc` with the stack's keys. */
+export function signed(stack: Stack, doc: Buffer, conditionId: string): { body: Buffer; headers: Record<string, string> } {
+  return signedIngest(doc, conditionId, stack.hmacKey, stack.feedPrivateKey);
+}
+
+export function ingest(stack: Stack, conditionId: string, seq: number, extra: Record<string, unknown> = {}, ip?: string): Promise<Reply> {
+  const base = JSON.parse(demoDocument(conditionId, seq).toString()) as Record<string, unknown>;
+  const s = signed(stack, Buffer.from(JSON.stringify({ ...base, ...extra })), conditionId);
+  return request(stack, 'POST', '/internal/ingest/market', { body: s.body, headers: s.headers, ...(ip === undefined ? {} : { ip }) });
+}
+
+export function orderBody(marketId: string, payload: Buffer, extra: Record<string, unknown> = {}): string {
+  return JSON.stringify({ marketId, deadline: Math.floor(Date.now() / 1000) + 60, size: '10', payload: payload.toString('base64'), ...extra });
+}
+
+export function uniqueId(prefix: string): string {
+  return `${prefix}-${randomBytes(6).toString('hex')}`;
+}
+
+/** Asserts the CONTRACT error shape and returns the code. */
+export function errorCode(r: Reply): string {
+  if (!(r.headers.get('content-type') ?? '').startsWith('application/json')) {
+    throw new Error(`status ${r.status}: content-type ${r.headers.get('content-type')} body ${r.text.slice(0, 200)}`);
+  }
+  const body = r.json();
+  if (typeof body['error'] !== 'string' || typeof body['message'] !== 'string') throw new Error(`not a CONTRACT error body: ${r.text.slice(0, 200)}`);
+  return body['error'];
+}

@@ -1,0 +1,166 @@
+/**
+ * The whole edge as local processes, driven only through Envoy's port:
+ *   private redis-server · the TS service (`authz/src/main.ts`, Node 24) · real Envoy 1.40
+ *   (config from envoy/render.ts) · the demo mTLS order backend (in this process, so tests
+ *   can read exactly what it received).
+ * Certificates and keys are generated at run time into a temp dir.
+ * Where Docker exists, E2E_DRIVER=containers runs the same scenarios on containers
+ * (deploy/); on this machine there is no Docker engine, so the local driver is used.
+ */
+import { spawn, type ChildProcess } from 'node:child_process';
+import { randomBytes, generateKeyPairSync } from 'node:crypto';
+import { mkdtempSync, rmSync, writeFileSync, createWriteStream, readFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { fileURLToPath } from 'node:url';
+import { loadConfig } from '../../authz/src/config.ts';
+import { envoyBinary } from '../../envoy/envoy-bin.ts';
+import { renderEnvoy } from '../../envoy/render.ts';
+import { freePort, PrivateRedis } from '../../authz/test/redis-server.ts';
+import { generateDevPki, type DevPki } from '../../scripts/dev/certs.ts';
+import { createOrderBackend, type OrderBackend } from '../../scripts/dev/order-backend.ts';
+
+const ROOT = fileURLToPath(new URL('../../', import.meta.url));
+const NODE = join(ROOT, 'scripts', 'node');
+
+export interface StackOptions {
+  /** Extra env for both the TS service and the renderer (e.g. RPS_PER_IP, BLOCKED_COUNTRIES). */
+  readonly env?: Record<string, string>;
+  readonly geoipDb?: string;
+}
+
+export interface Stack {
+  readonly dir: string;
+  readonly edgeUrl: string;
+  readonly env: Record<string, string>;
+  readonly pki: DevPki;
+  /** The backend currently listening (replaced by swapBackend). */
+  backend: OrderBackend;
+  /** Replaces the backend on the same port: 'good' (pinned CA), 'rogue' (another CA), 'down' (nothing listening). */
+  swapBackend(kind: 'good' | 'rogue' | 'down'): Promise<void>;
+  /** PIDs of the processes the stack started (for the no-process-left-behind check). */
+  pids(): number[];
+  readonly redis: PrivateRedis;
+  readonly hmacKey: Buffer;
+  readonly feedPrivateKey: ReturnType<typeof generateKeyPairSync>['privateKey'];
+  readonly envoyAdmin: string;
+  readonly authzAdmin: string;
+  /** Every line the processes wrote (stdout + stderr), for the no-secrets-in-logs check. */
+  logs(): string;
+  killAuthz(): Promise<void>;
+  startAuthz(): Promise<void>;
+  stop(): Promise<void>;
+}
+
+async function waitFor(fn: () => Promise<boolean>, timeoutMs: number, what: string): Promise<void> {
+  const end = Date.now() + timeoutMs;
+  while (Date.now() < end) {
+    try {
+      if (await fn()) return;
+    } catch { /* not yet */ }
+    await sleep(50);
+  }
+  throw new Error(`timed out waiting for ${what}`);
+}
+
+function exitOf(p: ChildProcess): Promise<void> {
+  return p.exitCode !== null || p.signalCode !== null ? Promise.resolve() : new Promise((r) => p.once('exit', () => r()));
+}
+
+export async function startStack(opts: StackOptions = {}): Promise<Stack> {
+  const dir = mkdtempSync(join(tmpdir(), 'edge-e2e-'));
+  const pki = generateDevPki(join(dir, 'pki'));
+  const redis = await PrivateRedis.start();
+  let backend: OrderBackend | undefined = createOrderBackend({ certFile: pki.backendCertFile, keyFile: pki.backendKeyFile, clientCaFile: pki.clientCaFile });
+  const backendPort = await backend.listen();
+  const hmacKey = randomBytes(32);
+  const feed = generateKeyPairSync('ed25519');
+  const feedPub = Buffer.from(feed.publicKey.export({ format: 'jwk' }).x ?? '', 'base64url').toString('hex');
+  const [edgePort, grpcPort, marketPort, adminPort, envoyAdminPort] = await Promise.all([freePort(), freePort(), freePort(), freePort(), freePort()]);
+  const env: Record<string, string> = {
+    EDGE_PORT: String(edgePort),
+    AUTHZ_GRPC_PORT: String(grpcPort),
+    MARKET_PORT: String(marketPort),
+    AUTHZ_ADMIN_PORT: String(adminPort),
+    ENVOY_ADMIN_PORT: String(envoyAdminPort),
+    REDIS_URL: redis.url,
+    ORDER_BACKEND_URL: `https://localhost:${backendPort}`,
+    ORDER_BACKEND_CA_FILE: pki.backendCaFile,
+    EDGE_CLIENT_CERT_FILE: pki.clientCertFile,
+    EDGE_CLIENT_KEY_FILE: pki.clientKeyFile,
+    ...(opts.geoipDb !== undefined ? { GEOIP_DB: opts.geoipDb } : {}),
+    LOG_LEVEL: 'info',
+    SHUTDOWN_GRACE_MS: '200',
+    ...opts.env,
+  };
+  const secrets = { EDGE_INGEST_HMAC: `hex:${hmacKey.toString('hex')}`, EDGE_FEED_ED25519_PUBLIC_KEY: feedPub };
+
+  const logPath = join(dir, 'processes.log');
+  const log = createWriteStream(logPath, { flags: 'a' });
+  const pipe = (name: string, p: ChildProcess): void => {
+    p.stdout?.on('data', (d: Buffer) => log.write(`[${name}] ${d.toString()}`));
+    p.stderr?.on('data', (d: Buffer) => log.write(`[${name}] ${d.toString()}`));
+  };
+
+  let authz: ChildProcess | undefined;
+  const startAuthz = async (): Promise<void> => {
+    authz = spawn(NODE, [join(ROOT, 'authz/src/main.ts')], { env: { ...process.env, ...env, ...secrets }, stdio: ['ignore', 'pipe', 'pipe'] });
+    pipe('authz', authz);
+    await waitFor(async () => (await fetch(`http://127.0.0.1:${marketPort}/`)).status === 200, 15_000, 'authz/market service');
+  };
+  await startAuthz();
+
+  const config = loadConfig(env);
+  const sdsPath = join(dir, 'sds.yaml');
+  const rendered = renderEnvoy(config, { sdsPath });
+  writeFileSync(join(dir, 'envoy.yaml'), rendered.bootstrap);
+  if (rendered.sds !== undefined) writeFileSync(sdsPath, rendered.sds);
+  const envoy = spawn(envoyBinary(), ['-c', join(dir, 'envoy.yaml'), '--disable-hot-restart', '--concurrency', '2', '-l', 'warning'], { stdio: ['ignore', 'pipe', 'pipe'] });
+  pipe('envoy', envoy);
+  const edgeUrl = `http://127.0.0.1:${edgePort}`;
+  await waitFor(async () => (await fetch(`${edgeUrl}/healthz`)).status === 200, 20_000, 'Envoy /healthz 200');
+
+  const stack: Stack = {
+    dir, edgeUrl, env, pki, redis, hmacKey,
+    backend,
+    async swapBackend(kind) {
+      await backend?.close();
+      backend = undefined;
+      if (kind === 'down') return;
+      const rogue = kind === 'rogue';
+      backend = createOrderBackend({
+        certFile: rogue ? pki.rogueCertFile : pki.backendCertFile,
+        keyFile: rogue ? pki.rogueKeyFile : pki.backendKeyFile,
+        clientCaFile: pki.clientCaFile,
+      });
+      await backend.listen(backendPort);
+      stack.backend = backend;
+    },
+    pids: () => [envoy.pid, authz?.pid].filter((p): p is number => p !== undefined),
+    feedPrivateKey: feed.privateKey,
+    envoyAdmin: `http://127.0.0.1:${envoyAdminPort}`,
+    authzAdmin: `http://127.0.0.1:${adminPort}`,
+    logs: () => readFileSync(logPath, 'utf8'),
+    async killAuthz() {
+      if (authz === undefined) return;
+      const p = authz;
+      p.kill('SIGKILL');
+      await exitOf(p);
+      authz = undefined;
+    },
+    startAuthz,
+    async stop() {
+      const procs = [envoy, authz].filter((p): p is ChildProcess => p !== undefined);
+      for (const p of procs) p.kill('SIGTERM');
+      await Promise.race([Promise.all(procs.map(exitOf)), sleep(5000)]);
+      for (const p of procs) if (p.exitCode === null && p.signalCode === null) p.kill('SIGKILL');
+      await Promise.all(procs.map(exitOf));
+      await backend?.close();
+      await redis.stop();
+      log.end();
+      if (process.env['E2E_KEEP'] === undefined) rmSync(dir, { recursive: true, force: true });
+    },
+  };
+  return stack;
+}

@@ -1,0 +1,587 @@
+/**
+ * The Envoy renderer: structural facts of the rendered bootstrap for each config variant, the
+ * real Envoy 1.40 accepting every variant (`envoy --mode validate`), and a live Envoy proving
+ * the behaviour the config exists for (JSON local replies, per-IP limits, no order retries).
+ *
+ *   scripts/node --test envoy/test/render.test.ts
+ */
+import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
+import { existsSync, readFileSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { after, before, describe, test } from 'node:test';
+import { parse } from 'yaml';
+import { loadConfig, type Config, type Env } from '../../authz/src/config.ts';
+import { ALLOW, deny, geoDenial, type Decision } from '../../authz/src/decision.ts';
+import { ERROR_MESSAGE, ERROR_STATUS } from '../../authz/src/errors.ts';
+import type { AuthzInput } from '../../authz/src/envoy/request.ts';
+import { transformOrderBody } from '../../authz/src/grpc/ext-proc.ts';
+import { createGrpcServer, type AuthzGrpcServer } from '../../authz/src/grpc/server.ts';
+import { envoyBinary, REPO_ROOT, validateBootstrap } from '../envoy-bin.ts';
+import { main as renderCli, BOOTSTRAP_FILE, SDS_FILE } from '../render-cli.ts';
+import {
+  AUTHZ_HEADERS, BAD_REQUEST_CODE, CLIENT_CERT_SECRET, CLUSTER, FILTER, ROUTE, canonicalIp, duration, renderEnvoy,
+  type JsonObject, type RenderOptions,
+} from '../render.ts';
+import {
+  at, certPaths, clusterNamed, hcmOf, perFilter, httpFilters, makeCerts, request, routeNamed, routesOf, startBackendStub, startEnvoy,
+  startMarketStub, tempDir, type BackendMode, type LiveEnvoy, type TestCerts, type Upstream,
+} from './helpers.ts';
+
+const work = tempDir('edge-envoy-test-');
+after(() => work.cleanup());
+const certs: TestCerts = certPaths(work.dir);
+before(() => { makeCerts(work.dir); });
+
+interface Variant {
+  readonly env: Env;
+  readonly opts?: Partial<RenderOptions>;
+}
+
+const backendEnv = (url: string, san?: string): Env => ({
+  ORDER_BACKEND_URL: url,
+  ORDER_BACKEND_CA_FILE: certs.caFile,
+  EDGE_CLIENT_CERT_FILE: certs.clientCert,
+  EDGE_CLIENT_KEY_FILE: certs.clientKey,
+  ...(san === undefined ? {} : { ORDER_BACKEND_SAN: san }),
+});
+
+const VARIANTS: Record<string, Variant> = {
+  'defaults (no order backend)': { env: {} },
+  'XFF_NUM_TRUSTED_HOPS=1': { env: { XFF_NUM_TRUSTED_HOPS: '1' } },
+  'backend by DNS name with DNS SAN': { env: backendEnv('https://orders.internal.example:9443', 'orders.internal.example') },
+  'backend by IP with IP SAN': { env: backendEnv('https://10.20.30.40:9443') },
+  'backend by IPv6 literal with IPv6 SAN': { env: backendEnv('https://[::1]:9443', '0:0:0:0:0:0:0:1') },
+  'backend by IP with DNS SAN': { env: backendEnv('https://10.20.30.40', 'orders.internal.example') },
+  'custom limits and timeouts': {
+    env: {
+      ...backendEnv('https://orders.internal.example:9443'),
+      RPS_PER_IP: '5', RATE_BURST: '7', INGEST_MAX_BYTES: '4096', ORDER_MAX_BYTES: '2048',
+      ORDER_BACKEND_TIMEOUT_MS: '2500', ORDER_BACKEND_MAX_CONN_SECS: '60', EDGE_PORT: '18443', ENVOY_ADMIN_PORT: '19999',
+    },
+    opts: { authzTimeoutMs: 750, accessLogPath: join(work.dir, 'custom-access.log'), nodeId: 'edge-7' },
+  },
+  'allowedHeaders=all': { env: {}, opts: { allowedHeaders: 'all' } },
+};
+
+function renderVariant(v: Variant, dir: string): { config: Config; opts: RenderOptions; bootstrap: JsonObject; sds: JsonObject | undefined; file: string } {
+  const config = loadConfig(v.env);
+  const opts: RenderOptions = { sdsPath: join(dir, 'sds.yaml'), ...v.opts };
+  const r = renderEnvoy(config, opts);
+  const file = join(dir, 'envoy.yaml');
+  writeFileSync(file, r.bootstrap);
+  if (r.sds !== undefined) writeFileSync(opts.sdsPath, r.sds);
+  return {
+    config, opts, file,
+    bootstrap: parse(r.bootstrap) as JsonObject,
+    sds: r.sds === undefined ? undefined : parse(r.sds) as JsonObject,
+  };
+}
+
+/** Every key named `key` anywhere in `obj`. */
+function findKeys(obj: unknown, key: string, out: unknown[] = []): unknown[] {
+  if (Array.isArray(obj)) for (const v of obj) findKeys(v, key, out);
+  else if (obj !== null && typeof obj === 'object') {
+    for (const [k, v] of Object.entries(obj)) {
+      if (k === key) out.push(v);
+      findKeys(v, key, out);
+    }
+  }
+  return out;
+}
+
+type Obj = Record<string, unknown>;
+
+// ─── Structure, for every variant ──────────────────────────────────────────────────────────
+
+for (const [name, variant] of Object.entries(VARIANTS)) {
+  describe(`rendered bootstrap – ${name}`, () => {
+    let r: ReturnType<typeof renderVariant>;
+    before(() => {
+      const dir = join(work.dir, name.replace(/[^a-z0-9]+/gi, '-'));
+      spawnSync('mkdir', ['-p', dir]);
+      r = renderVariant(variant, dir);
+    });
+
+    test('real Envoy 1.40 accepts it (envoy --mode validate exits 0, no deprecated fields)', () => {
+      const v = validateBootstrap(r.file);
+      assert.equal(v.exitCode, 0, v.output);
+      assert.doesNotMatch(v.output, /deprecated/i);
+    });
+
+    test('filter order: rate limit → header_mutation → ext_authz → ext_proc → router', () => {
+      assert.deepEqual(httpFilters(r.bootstrap).map((f) => f['name']),
+        [FILTER.rateLimit, FILTER.headerMutation, FILTER.extAuthz, FILTER.extProc, FILTER.router]);
+    });
+
+    test('rate limit: one bucket per client address with RATE_BURST / RPS_PER_IP, enforced on 100%', () => {
+      const rl = httpFilters(r.bootstrap)[0]!['typed_config'] as Obj;
+      assert.deepEqual(at(rl, 'descriptors[0].entries'), [{ key: 'remote_address' }]);
+      assert.deepEqual(at(rl, 'descriptors[0].token_bucket'),
+        { max_tokens: r.config.rateBurst, tokens_per_fill: r.config.rpsPerIp, fill_interval: '1s' });
+      assert.deepEqual(rl['rate_limits'], [{ actions: [{ remote_address: {} }] }]);
+      assert.equal(rl['always_consume_default_token_bucket'], false);
+      assert.ok((rl['max_dynamic_descriptors'] as number) >= 200_000, 'room for 100k active clients');
+      for (const k of ['filter_enabled', 'filter_enforced']) {
+        assert.deepEqual(at(rl, `${k}.default_value`), { numerator: 100, denominator: 'HUNDRED' });
+      }
+      assert.equal(rl['enable_x_ratelimit_headers'], 'DRAFT_VERSION_03');
+      assert.equal(rl['token_bucket'], undefined, 'no shared default bucket');
+    });
+
+    test('client address: use_remote_address with XFF_NUM_TRUSTED_HOPS; x-edge-client-ip always overwritten', () => {
+      const hcm = hcmOf(r.bootstrap);
+      assert.equal(hcm['use_remote_address'], true);
+      assert.equal(hcm['xff_num_trusted_hops'], r.config.xffNumTrustedHops);
+      const muts = at(httpFilters(r.bootstrap)[1], 'typed_config.mutations.request_mutations') as Obj[];
+      assert.deepEqual(muts.find((m) => m['append'] !== undefined), {
+        append: {
+          header: { key: 'x-edge-client-ip', value: '%DOWNSTREAM_REMOTE_ADDRESS_WITHOUT_PORT%' },
+          append_action: 'OVERWRITE_IF_EXISTS_OR_ADD',
+        },
+      });
+      assert.ok(muts.some((m) => JSON.stringify(m) === JSON.stringify({ remove_on_match: { key_matcher: { prefix: 'x-envoy-' } } })));
+    });
+
+    test('HCM hardening: request ids, path normalization, escaped slashes rejected, timeouts', () => {
+      const hcm = hcmOf(r.bootstrap);
+      assert.equal(hcm['generate_request_id'], true);
+      assert.equal(hcm['normalize_path'], true);
+      assert.equal(hcm['merge_slashes'], true);
+      assert.equal(hcm['path_with_escaped_slashes_action'], 'REJECT_REQUEST');
+      // Empty cidr_ranges would mean "RFC1918 + loopback are internal" (trusted x-request-id, x-envoy-*).
+      assert.deepEqual(hcm['internal_address_config'], { unix_sockets: false, cidr_ranges: [{ address_prefix: '0.0.0.0', prefix_len: 32 }] });
+      for (const k of ['request_headers_timeout', 'stream_idle_timeout', 'request_timeout']) assert.match(String(hcm[k]), /^\d+s$/, k);
+      assert.match(String(at(hcm, 'common_http_protocol_options.idle_timeout')), /^\d+s$/);
+      assert.equal(hcm['codec_type'], 'AUTO');
+      assert.deepEqual(at(r.bootstrap, 'admin.address.socket_address'), { address: '127.0.0.1', port_value: r.config.envoyAdminPort });
+      assert.deepEqual(at(r.bootstrap, 'static_resources.listeners[0].address.socket_address'), { address: '0.0.0.0', port_value: r.config.edgePort });
+    });
+
+    test('ext_authz: gRPC to the authz cluster, fail closed with 503, raw body bytes, explicit timeout', () => {
+      const az = httpFilters(r.bootstrap)[2]!['typed_config'] as Obj;
+      assert.equal(at(az, 'grpc_service.envoy_grpc.cluster_name'), CLUSTER.authz);
+      assert.equal(at(az, 'grpc_service.timeout'), duration(r.opts.authzTimeoutMs ?? 1000));
+      assert.equal(az['transport_api_version'], 'V3');
+      assert.equal(az['failure_mode_allow'], false);
+      assert.deepEqual(az['status_on_error'], { code: 'ServiceUnavailable' });
+      assert.equal(at(az, 'with_request_body.pack_as_bytes'), true);
+      assert.equal(at(az, 'with_request_body.allow_partial_message'), false);
+    });
+
+    test('ext_authz allowed_headers follows the allowedHeaders option', () => {
+      const az = httpFilters(r.bootstrap)[2]!['typed_config'] as Obj;
+      if ((r.opts.allowedHeaders ?? 'minimal') === 'all') {
+        assert.equal(az['allowed_headers'], undefined);
+      } else {
+        assert.deepEqual((at(az, 'allowed_headers.patterns') as Obj[]).map((p) => p['exact']), [...AUTHZ_HEADERS]);
+      }
+    });
+
+    test('ingest route: exact POST path to market, authz gets up to INGEST_MAX_BYTES of raw body', () => {
+      const ingest = routeNamed(r.bootstrap, ROUTE.ingest);
+      assert.deepEqual(ingest['match'], { path: '/internal/ingest/market', headers: [{ name: ':method', string_match: { exact: 'POST' } }] });
+      assert.equal(at(ingest, 'route.cluster'), CLUSTER.market);
+      assert.deepEqual(at(perFilter(ingest, FILTER.extAuthz), 'check_settings.with_request_body'),
+        { max_request_bytes: r.config.ingestMaxBytes, allow_partial_message: false, pack_as_bytes: true });
+    });
+
+    test('reads: catch-all route last, to market, no body buffering for authz', () => {
+      const routes = routesOf(r.bootstrap);
+      const last = routes.at(-1)!;
+      assert.equal(last['name'], ROUTE.read);
+      assert.deepEqual(last['match'], { prefix: '/' });
+      assert.equal(at(last, 'route.cluster'), CLUSTER.market);
+      assert.equal(at(perFilter(last, FILTER.extAuthz), 'check_settings.disable_request_body_buffering'), true);
+    });
+
+    test('every route carries explicit ext_authz check_settings', () => {
+      for (const route of routesOf(r.bootstrap)) {
+        assert.ok(at(perFilter(route, FILTER.extAuthz), 'check_settings'), String(route['name']));
+      }
+    });
+
+    test('no retry policy anywhere (orders are sent at most once)', () => {
+      assert.deepEqual(findKeys(r.bootstrap, 'retry_policy'), []);
+      assert.deepEqual(findKeys(r.bootstrap, 'hedge_policy'), []);
+    });
+
+    test('ext_proc is disabled in the chain and enabled on the orders route only', () => {
+      const ep = httpFilters(r.bootstrap)[3]!;
+      assert.equal(ep['disabled'], true);
+      assert.equal(at(ep, 'typed_config.failure_mode_allow'), false);
+      assert.equal(at(ep, 'typed_config.grpc_service.envoy_grpc.cluster_name'), CLUSTER.authz);
+      assert.match(String(at(ep, 'typed_config.message_timeout')), /s$/);
+      const withExtProc = routesOf(r.bootstrap).filter((x) => findKeys(x, FILTER.extProc).length > 0).map((x) => x['name']);
+      assert.deepEqual(withExtProc, r.config.orderBackend === undefined ? [] : [ROUTE.orders]);
+    });
+
+    test('access log is JSON and names no secret-bearing header or body', () => {
+      const log = at(hcmOf(r.bootstrap), 'access_log[0].typed_config') as Obj;
+      if (r.opts.accessLogPath === undefined) assert.match(String(log['@type']), /StdoutAccessLog$/);
+      else assert.equal(log['path'], r.opts.accessLogPath);
+      const fmt = JSON.stringify(at(log, 'log_format.json_format'));
+      assert.doesNotMatch(fmt, /signature|nonce|timestamp|authorization|cookie|BODY/i);
+      const reqHeaders = [...fmt.matchAll(/%REQ\(([^)]*)\)%/g)].map((m) => m[1]);
+      assert.deepEqual(reqHeaders.sort(), [':METHOD', 'X-REQUEST-ID']);
+    });
+
+    test('local replies: denials pass through first, then UAEX → 503, every other body is CONTRACT JSON', () => {
+      const lr = hcmOf(r.bootstrap)['local_reply_config'] as { mappers: Obj[]; body_format: Obj };
+      const first = lr.mappers[0]!;
+      assert.match(JSON.stringify(first['filter']), /response\.code_details == 'ext_authz_denied'/);
+      assert.equal(at(first, 'body_format_override.text_format_source.inline_string'), '%LOCAL_REPLY_BODY%');
+      assert.equal(first['status_code'], undefined, 'a denial keeps its status (451 included)');
+      assert.deepEqual(at(lr.mappers[1], 'filter.response_flag_filter.flags'), ['UAEX']);
+      assert.equal(lr.mappers[1]!['status_code'], 503);
+      for (const m of lr.mappers.slice(1)) {
+        const body = at(m, 'body_format_override.json_format') as Obj;
+        const code = body['error'] as string;
+        if (code === BAD_REQUEST_CODE) assert.equal(m['status_code'], undefined, 'Envoy 4xx keep their status');
+        else assert.equal(m['status_code'], ERROR_STATUS[code as keyof typeof ERROR_STATUS], `mapper status matches the CONTRACT code ${code}`);
+        assert.equal(at(m, 'body_format_override.content_type'), 'application/json');
+      }
+      const byStatus = new Map(lr.mappers.flatMap((m) => {
+        const v = findKeys(m['filter'], 'default_value')[0];
+        return typeof v === 'number' ? [[v, at(m, 'body_format_override.json_format') as Obj] as const] : [];
+      }));
+      assert.deepEqual(byStatus.get(429), { error: 'too many requests', message: ERROR_MESSAGE['too many requests'] });
+      assert.deepEqual(byStatus.get(413), { error: 'payload_too_large', message: ERROR_MESSAGE.payload_too_large });
+      assert.deepEqual(byStatus.get(404), { error: 'not_found', message: ERROR_MESSAGE.not_found });
+      assert.equal(at(lr.body_format, 'content_type'), 'application/json');
+    });
+
+    if (variant.env['ORDER_BACKEND_URL'] === undefined) {
+      test('no backend: the orders route still exists and answers 502 itself; no backend cluster, no SDS', () => {
+        const orders = routeNamed(r.bootstrap, ROUTE.ordersNoBackend);
+        assert.deepEqual(orders['direct_response'], { status: 502 });
+        assert.equal(at(orders, 'match.path'), '/v1/orders');
+        assert.equal(clusterNamed(r.bootstrap, CLUSTER.orderBackend), undefined);
+        assert.equal(r.sds, undefined);
+      });
+    } else {
+      test('orders route: POST /v1/orders → order_backend /orders, ORDER_BACKEND_TIMEOUT_MS, body ≤ ORDER_MAX_BYTES', () => {
+        const b = r.config.orderBackend!;
+        const orders = routeNamed(r.bootstrap, ROUTE.orders);
+        assert.deepEqual(orders['match'], { path: '/v1/orders', headers: [{ name: ':method', string_match: { exact: 'POST' } }] });
+        assert.equal(at(orders, 'route.cluster'), CLUSTER.orderBackend);
+        assert.equal(at(orders, 'route.prefix_rewrite'), '/orders');
+        assert.equal(at(orders, 'route.timeout'), duration(b.timeoutMs));
+        assert.equal(at(orders, 'route.host_rewrite_literal'), new URL(b.url).host);
+        const idle = Number(String(at(orders, 'route.idle_timeout')).slice(0, -1)) * 1000;
+        assert.ok(idle > b.timeoutMs, 'the stream idle timeout never pre-empts the route timeout (504)');
+        assert.equal(at(perFilter(orders, FILTER.extAuthz), 'check_settings.with_request_body.max_request_bytes'), r.config.orderMaxBytes);
+        assert.deepEqual(at(perFilter(orders, FILTER.extProc), 'overrides.processing_mode'), {
+          request_header_mode: 'SEND', request_body_mode: 'BUFFERED', response_header_mode: 'SKIP', response_body_mode: 'NONE',
+        });
+      });
+
+      test('order_backend cluster: pinned CA, exact SAN of the right type, client cert via SDS, bounded connection life', () => {
+        const b = r.config.orderBackend!;
+        const c = clusterNamed(r.bootstrap, CLUSTER.orderBackend)!;
+        const ipHost = /^[0-9.]+$|:/.test(b.host);
+        assert.equal(c['type'], ipHost ? 'STATIC' : 'LOGICAL_DNS');
+        const tls = at(c, 'transport_socket.typed_config') as Obj;
+        const ipSan = /^[0-9.]+$|:/.test(b.san);
+        assert.equal(tls['sni'], ipSan ? (ipHost ? undefined : b.host) : b.san);
+        assert.equal(at(tls, 'common_tls_context.validation_context.trusted_ca.filename'), b.caFile);
+        assert.deepEqual(at(tls, 'common_tls_context.validation_context.match_typed_subject_alt_names'),
+          [{ san_type: ipSan ? 'IP_ADDRESS' : 'DNS', matcher: { exact: canonicalIp(b.san) } }]);
+        assert.deepEqual(at(tls, 'common_tls_context.tls_certificate_sds_secret_configs'), [{
+          name: CLIENT_CERT_SECRET, sds_config: { path_config_source: { path: r.opts.sdsPath }, resource_api_version: 'V3' },
+        }]);
+        const opts = (c['typed_extension_protocol_options'] as Obj)['envoy.extensions.upstreams.http.v3.HttpProtocolOptions'] as Obj;
+        assert.equal(at(opts, 'common_http_protocol_options.max_connection_duration'), duration(b.maxConnSecs * 1000));
+        assert.match(String(at(opts, 'common_http_protocol_options.idle_timeout')), /s$/);
+        assert.match(String(c['connect_timeout']), /s$/);
+        assert.deepEqual(at(r.bootstrap, 'node'), { id: r.opts.nodeId ?? 'edge-envoy', cluster: 'edge-trading-proxy' });
+      });
+
+      test('SDS file: the client pair by filename, watching their directory (symlink swap and mv rotate)', () => {
+        const b = r.config.orderBackend!;
+        const secret = at(r.sds, 'resources[0]') as Obj;
+        assert.equal(secret['name'], CLIENT_CERT_SECRET);
+        assert.deepEqual(secret['tls_certificate'], {
+          certificate_chain: { filename: b.clientCertFile },
+          private_key: { filename: b.clientKeyFile },
+          watched_directory: { path: b.clientCertFile.slice(0, b.clientCertFile.lastIndexOf('/')) },
+        });
+      });
+    }
+
+    test('authz cluster speaks HTTP/2 explicitly', () => {
+      const c = clusterNamed(r.bootstrap, CLUSTER.authz)!;
+      const opts = (c['typed_extension_protocol_options'] as Obj)['envoy.extensions.upstreams.http.v3.HttpProtocolOptions'] as Obj;
+      assert.ok(at(opts, 'explicit_http_config.http2_protocol_options'));
+      assert.ok(at(clusterNamed(r.bootstrap, CLUSTER.market), 'typed_extension_protocol_options'));
+    });
+  });
+}
+
+describe('renderer edge cases', () => {
+  test('duration: milliseconds to protobuf Duration strings', () => {
+    assert.equal(duration(5000), '5s');
+    assert.equal(duration(250), '0.25s');
+    assert.equal(duration(1), '0.001s');
+    assert.throws(() => duration(-1), RangeError);
+  });
+
+  test('canonicalIp: IPv6 literals in Envoy\'s compressed form; others unchanged', () => {
+    assert.equal(canonicalIp('0:0:0:0:0:0:0:1'), '::1');
+    assert.equal(canonicalIp('2001:DB8:0:0::1'), '2001:db8::1');
+    assert.equal(canonicalIp('10.0.0.1'), '10.0.0.1');
+    assert.equal(canonicalIp('orders.example'), 'orders.example');
+  });
+
+  test('a client key outside the certificate directory is reported (only that directory is watched)', () => {
+    const config = loadConfig({ ...backendEnv('https://orders.example'), EDGE_CLIENT_KEY_FILE: '/elsewhere/tls.key' });
+    const r = renderEnvoy(config, { sdsPath: '/x/sds.yaml' });
+    assert.equal(r.warnings.length, 1);
+    assert.match(r.warnings[0]!, /rotate the key before the certificate/);
+  });
+
+  test('a format-string % in a message cannot become an Envoy command', () => {
+    const r = renderEnvoy(loadConfig({}), { sdsPath: '/x/sds.yaml' });
+    const bodies = findKeys(parse(r.bootstrap), 'json_format');
+    assert.ok(bodies.length > 5);
+    assert.doesNotMatch(r.bootstrap, /message: [^\n]*[^%]%[^%A-Z]/);
+  });
+
+  test('envoyBinary: ENVOY_BIN overrides, else the project .venv', () => {
+    assert.equal(envoyBinary({ ENVOY_BIN: '/opt/envoy' }), '/opt/envoy');
+    assert.equal(envoyBinary({ ENVOY_BIN: ' ' }), join(REPO_ROOT, '.venv', 'bin', 'envoy'));
+    assert.equal(envoyBinary({}), join(REPO_ROOT, '.venv', 'bin', 'envoy'));
+  });
+
+  test('validateBootstrap: a bootstrap naming a missing CA file is rejected', () => {
+    const dir = join(work.dir, 'missing-ca');
+    spawnSync('mkdir', ['-p', dir]);
+    const r = renderVariant({ env: { ...backendEnv('https://orders.example'), ORDER_BACKEND_CA_FILE: join(dir, 'nope.pem') } }, dir);
+    const v = validateBootstrap(r.file);
+    assert.equal(v.ok, false);
+    assert.match(v.output, /nope\.pem/);
+  });
+});
+
+describe('render-cli', () => {
+  test('writes envoy.yaml and the SDS file, and --validate passes', () => {
+    const out = join(work.dir, 'cli-out');
+    const code = renderCli([out, '--validate', '--allowed-headers', 'all'], backendEnv('https://orders.example:9443'));
+    assert.equal(code, 0);
+    assert.ok(existsSync(join(out, BOOTSTRAP_FILE)));
+    const sdsPath = at(parse(readFileSync(join(out, BOOTSTRAP_FILE), 'utf8')), 'static_resources.clusters[2].transport_socket.typed_config'
+      + '.common_tls_context.tls_certificate_sds_secret_configs[0].sds_config.path_config_source.path');
+    assert.equal(sdsPath, join(out, SDS_FILE));
+    assert.ok(existsSync(join(out, SDS_FILE)));
+  });
+
+  test('a bad setting exits 1, bad usage exits 2, a missing certificate fails --validate', () => {
+    const out = join(work.dir, 'cli-bad');
+    assert.equal(renderCli([out], { RATE_BURST: 'lots' }), 1);
+    assert.equal(renderCli([], {}), 2);
+    assert.equal(renderCli([out, '--allowed-headers', 'some'], {}), 2);
+    assert.equal(renderCli([out, '--validate'], { ...backendEnv('https://orders.example'), EDGE_CLIENT_CERT_FILE: join(out, 'gone.crt') }), 1);
+  });
+});
+
+// ─── Live: a real Envoy with stub upstreams ────────────────────────────────────────────────
+
+const envoyAvailable = spawnSync(envoyBinary(), ['--version']).status === 0;
+
+describe('live Envoy 1.40 with the rendered config', { skip: envoyAvailable ? false : 'no Envoy binary' }, () => {
+  let decide: (i: AuthzInput) => Decision | Promise<Decision> = () => ALLOW;
+  const inputs: AuthzInput[] = [];
+  let backendMode: BackendMode = 'ok';
+  let authz: AuthzGrpcServer;
+  let market: Upstream<import('node:http').Server>;
+  let backend: Upstream<import('node:https').Server>;
+  let envoy: LiveEnvoy;
+  let noBackendEnvoy: LiveEnvoy;
+  let ip = 0;
+  /** A fresh client address per call (XFF_NUM_TRUSTED_HOPS=1): its own rate-limit bucket. */
+  const client = (): Record<string, string> => ({ 'x-forwarded-for': `203.0.113.${++ip}` });
+  const J = { 'content-type': 'application/json' };
+  const order = (payload: Buffer): string => JSON.stringify({
+    marketId: 'm1', deadline: Math.floor(Date.now() / 1000) + 600, size: '1', payload: payload.toString('base64'),
+  });
+
+  before(async () => {
+    authz = createGrpcServer({
+      evaluate: (i) => { inputs.push(i); return decide(i); },
+      observe: () => {},
+      onError: () => {},
+      orderPayloadMaxBytes: 32_768,
+    });
+    const grpcPort = await authz.listen('127.0.0.1', 0);
+    authz.setServing(true);
+    market = await startMarketStub();
+    backend = await startBackendStub(certs, () => backendMode);
+    const env: Env = {
+      EDGE_PORT: '0', ENVOY_ADMIN_PORT: '0', AUTHZ_GRPC_PORT: String(grpcPort), MARKET_PORT: String(market.port),
+      XFF_NUM_TRUSTED_HOPS: '1', RPS_PER_IP: '1', RATE_BURST: '3', ORDER_MAX_BYTES: '1024',
+      ORDER_BACKEND_TIMEOUT_MS: '500',
+    };
+    const start = async (name: string, extra: Env): Promise<LiveEnvoy> => {
+      const dir = join(work.dir, name);
+      spawnSync('mkdir', ['-p', dir]);
+      const r = renderVariant({ env: { ...env, ...extra }, opts: { authzTimeoutMs: 300, accessLogPath: join(dir, 'access.log') } }, dir);
+      return startEnvoy(r.file, dir);
+    };
+    envoy = await start('live', { ...backendEnv(`https://127.0.0.1:${backend.port}`, 'orders.test') });
+    noBackendEnvoy = await start('live-no-backend', { XFF_NUM_TRUSTED_HOPS: '0' });
+  });
+
+  after(async () => {
+    await Promise.all([envoy?.stop(), noBackendEnvoy?.stop()]);
+    await Promise.all([authz?.close(0), market?.close(), backend?.close()]);
+  });
+
+  const isContractJson = (res: { status: number; headers: Record<string, unknown>; body: string }, status: number, error: string): void => {
+    assert.equal(res.status, status, res.body);
+    assert.equal(res.headers['content-type'], 'application/json');
+    const body = JSON.parse(res.body) as Obj;
+    assert.equal(body['error'], error);
+    assert.equal(typeof body['message'], 'string');
+  };
+
+  test('per-IP rate limit: burst then 429 "too many requests" JSON; another address is unaffected', async () => {
+    const me = client();
+    const statuses: number[] = [];
+    for (let i = 0; i < 4; i++) statuses.push((await request(envoy.edgePort, 'GET', '/healthz', me)).status);
+    assert.deepEqual(statuses, [200, 200, 200, 429]);
+    const limited = await request(envoy.edgePort, 'GET', '/healthz', me);
+    isContractJson(limited, 429, 'too many requests');
+    assert.equal(limited.headers['x-ratelimit-limit'], '3');
+    assert.equal((await request(envoy.edgePort, 'GET', '/healthz', client())).status, 200);
+  });
+
+  test('x-edge-client-ip is the XFF-derived address, whatever the client sent', async () => {
+    const before = inputs.length;
+    await request(envoy.edgePort, 'GET', '/v1/markets', { 'x-forwarded-for': '198.51.100.1, 203.0.113.200', 'x-edge-client-ip': '6.6.6.6' });
+    assert.equal(inputs[before]?.clientIp, '203.0.113.200');
+    assert.equal(market.seen.at(-1)?.headers['x-edge-client-ip'], '203.0.113.200');
+  });
+
+  test('a loopback/private peer is external too: it cannot choose x-request-id or send x-envoy-*', async () => {
+    // noBackendEnvoy trusts no XFF hop, so the client address is the socket peer 127.0.0.1,
+    // which Envoy's default internal_address_config would treat as internal.
+    const res = await request(noBackendEnvoy.edgePort, 'GET', '/v1/markets', {
+      'x-request-id': 'chosen-by-client', 'x-envoy-upstream-alt-stat-name': 'x',
+    });
+    assert.equal(res.status, 200);
+    const got = market.seen.at(-1)!;
+    assert.notEqual(got.headers['x-request-id'], 'chosen-by-client');
+    assert.deepEqual(Object.keys(got.headers).filter((h) => h.startsWith('x-envoy-')), []);
+  });
+
+  test('a 451 denial reaches the client byte-identical, headers included', async () => {
+    const geo = geoDenial('This service is not available in your jurisdiction.', 'https://example.com/why');
+    decide = () => geo;
+    try {
+      const res = await request(envoy.edgePort, 'GET', '/v1/markets', client());
+      assert.equal(res.status, 451);
+      assert.equal(res.body, geo.body);
+      assert.equal(res.headers['content-type'], 'application/json');
+      assert.equal(res.headers['cache-control'], 'no-store');
+      assert.equal(res.headers['link'], '<https://example.com/why>; rel="blocked-by"');
+    } finally { decide = () => ALLOW; }
+  });
+
+  test('other denials keep their status and body (400 with field)', async () => {
+    const d = deny('invalid_order', ERROR_MESSAGE.invalid_order, 'size');
+    decide = () => d;
+    try {
+      const res = await request(envoy.edgePort, 'POST', '/v1/orders', { ...client(), ...J }, '{}');
+      assert.equal(res.status, 400);
+      assert.equal(res.body, d.body);
+    } finally { decide = () => ALLOW; }
+  });
+
+  test('an order processor (ext_proc) rejection passes through unchanged, nothing reaches the backend', async () => {
+    const seen = backend.seen.length;
+    // authz allows (the default stub decision); the real TS processor then rejects the envelope.
+    const res = await request(envoy.edgePort, 'POST', '/v1/orders', { ...client(), ...J }, '{"marketId":1}');
+    const expected = transformOrderBody(Buffer.from('{"marketId":1}'), 32_768);
+    assert.equal(expected.ok, false);
+    assert.equal(res.status, expected.ok ? 0 : expected.status);
+    assert.equal(res.body, expected.ok ? '' : expected.body);
+    assert.equal(res.headers['content-type'], 'application/json');
+    assert.equal(backend.seen.length, seen);
+  });
+
+  test('authz too slow or down → 503 service_unavailable JSON, never an allow', async () => {
+    decide = () => new Promise((r) => setTimeout(() => r(ALLOW), 800));
+    try {
+      const res = await request(envoy.edgePort, 'GET', '/v1/markets', client());
+      isContractJson(res, 503, 'service_unavailable');
+      assert.equal(JSON.parse(res.body).message, ERROR_MESSAGE.service_unavailable);
+    } finally { decide = () => ALLOW; }
+  });
+
+  test('body over ORDER_MAX_BYTES → 413 payload_too_large JSON, authz not called', async () => {
+    const before = inputs.length;
+    const res = await request(envoy.edgePort, 'POST', '/v1/orders', { ...client(), ...J }, 'x'.repeat(2000));
+    isContractJson(res, 413, 'payload_too_large');
+    assert.equal(inputs.length, before);
+  });
+
+  test('internal paths other than the exact ingest POST never reach the market service', async () => {
+    const seen = market.seen.length;
+    isContractJson(await request(envoy.edgePort, 'GET', '/INTERNAL/Ingest/market', client()), 404, 'not_found');
+    isContractJson(await request(envoy.edgePort, 'POST', '/internal/ingest/market/', { ...client(), ...J }, '{}'), 404, 'not_found');
+    const get = await request(envoy.edgePort, 'GET', '/internal/ingest/market', client());
+    isContractJson(get, 405, 'method_not_allowed');
+    assert.equal(get.headers['allow'], 'POST');
+    assert.equal(market.seen.length, seen);
+    isContractJson(await request(envoy.edgePort, 'GET', '/v1%2Fmarkets', client()), 400, 'bad_request');
+  });
+
+  test('an accepted order reaches the backend once, as the decoded bytes at /orders, over mTLS', async () => {
+    const payload = Buffer.from([0x00, 0xff, 0x7b, 0x22, 0x80]);
+    const seen = backend.seen.length;
+    const res = await request(envoy.edgePort, 'POST', '/v1/orders', { ...client(), ...J, 'x-request-id': 'client-chosen' }, order(payload));
+    assert.equal(res.status, 201, res.body);
+    assert.equal(backend.seen.length, seen + 1);
+    const got = backend.seen.at(-1)!;
+    assert.equal(got.url, '/orders');
+    assert.deepEqual(got.body, payload);
+    assert.equal(got.headers['content-type'], 'application/octet-stream');
+    assert.equal(got.clientCertCn, 'edge-client');
+    assert.notEqual(got.headers['x-request-id'], 'client-chosen', 'external clients cannot choose the dedup id');
+    assert.equal(res.headers['x-request-id'], got.headers['x-request-id'], 'the client learns the id');
+  });
+
+  test('backend slower than ORDER_BACKEND_TIMEOUT_MS → 504 backend_timeout (outcome unknown), sent once', async () => {
+    backendMode = 'slow';
+    try {
+      const seen = backend.seen.length;
+      const res = await request(envoy.edgePort, 'POST', '/v1/orders', { ...client(), ...J, 'x-envoy-upstream-rq-timeout-ms': '5000' }, order(Buffer.from('a')));
+      isContractJson(res, 504, 'backend_timeout');
+      assert.equal(backend.seen.length, seen + 1);
+    } finally { backendMode = 'ok'; }
+  });
+
+  test('backend resets after receiving the order → 504 (outcome unknown); client retry headers are ignored', async () => {
+    backendMode = 'reset';
+    try {
+      const seen = backend.seen.length;
+      const res = await request(envoy.edgePort, 'POST', '/v1/orders',
+        { ...client(), ...J, 'x-envoy-retry-on': 'reset,5xx,connect-failure', 'x-envoy-max-retries': '5' }, order(Buffer.from('b')));
+      isContractJson(res, 504, 'backend_timeout');
+      await new Promise((r) => setTimeout(r, 200));
+      assert.equal(backend.seen.length, seen + 1, 'exactly one attempt');
+    } finally { backendMode = 'ok'; }
+  });
+
+  test('no order backend configured → 502 backend_unavailable JSON (after authz)', async () => {
+    const res = await request(noBackendEnvoy.edgePort, 'POST', '/v1/orders', { ...client(), ...J }, order(Buffer.from('c')));
+    isContractJson(res, 502, 'backend_unavailable');
+  });
+
+  test('backend unreachable → 502 backend_unavailable JSON (the order was not delivered)', async () => {
+    await backend.close();
+    const res = await request(envoy.edgePort, 'POST', '/v1/orders', { ...client(), ...J }, order(Buffer.from('d')));
+    isContractJson(res, 502, 'backend_unavailable');
+    assert.equal(JSON.parse(res.body).message, ERROR_MESSAGE.backend_unavailable);
+  });
+});

@@ -1,0 +1,101 @@
+/**
+ * Development/test PKI, generated at run time with openssl (never committed):
+ * a backend CA + server certificate for the demo order backend, a client CA + the edge's
+ * client certificate, and (for negative tests) a rogue CA with a server certificate.
+ *
+ * Client certificate files are laid out like a Kubernetes secret volume so rotation can be
+ * exercised the same way: <dir>/client/tls.crt → ..data/tls.crt, ..data → ..<timestamp>/.
+ */
+import { execFileSync } from 'node:child_process';
+import { chmodSync, mkdirSync, readFileSync, renameSync, symlinkSync, writeFileSync, existsSync, readlinkSync, rmSync } from 'node:fs';
+import { join } from 'node:path';
+
+export interface DevPki {
+  readonly dir: string;
+  /** CA that signed the backend's server certificate (ORDER_BACKEND_CA_FILE). */
+  readonly backendCaFile: string;
+  readonly backendCertFile: string;
+  readonly backendKeyFile: string;
+  /** CA the backend trusts for client certificates. */
+  readonly clientCaFile: string;
+  readonly clientCaKeyFile: string;
+  /** The edge's client certificate paths (symlinks through ..data). */
+  readonly clientCertFile: string;
+  readonly clientKeyFile: string;
+  /** A server certificate from another CA (for "wrong CA" tests). */
+  readonly rogueCertFile: string;
+  readonly rogueKeyFile: string;
+  readonly san: string;
+}
+
+function openssl(args: string[], cwd: string): void {
+  execFileSync('openssl', args, { cwd, stdio: ['ignore', 'ignore', 'pipe'] });
+}
+
+function ca(dir: string, name: string): void {
+  openssl(['req', '-x509', '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:P-256', '-nodes', '-days', '30',
+    '-subj', `/CN=${name}`, '-keyout', `${name}.key`, '-out', `${name}.crt`,
+    '-addext', 'basicConstraints=critical,CA:TRUE', '-addext', 'keyUsage=critical,keyCertSign,cRLSign'], dir);
+  chmodSync(join(dir, `${name}.key`), 0o600);
+}
+
+/** Issues a leaf certificate `name` signed by CA `caName`, with the given SANs and usage. */
+export function issue(dir: string, caName: string, name: string, cn: string, sans: string, usage: 'serverAuth' | 'clientAuth'): void {
+  openssl(['req', '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:P-256', '-nodes', '-subj', `/CN=${cn}`,
+    '-keyout', `${name}.key`, '-out', `${name}.csr`], dir);
+  writeFileSync(join(dir, `${name}.ext`), `subjectAltName=${sans}\nextendedKeyUsage=${usage}\nbasicConstraints=CA:FALSE\n`);
+  openssl(['x509', '-req', '-in', `${name}.csr`, '-CA', `${caName}.crt`, '-CAkey', `${caName}.key`, '-CAcreateserial',
+    '-days', '30', '-out', `${name}.crt`, '-extfile', `${name}.ext`], dir);
+  chmodSync(join(dir, `${name}.key`), 0o600);
+}
+
+/**
+ * Publishes a client certificate into the k8s-style directory atomically:
+ * write ..<stamp>/tls.{crt,key}, point ..data_tmp at it, rename over ..data.
+ */
+export function publishClientCert(clientDir: string, certPem: Buffer | string, keyPem: Buffer | string): void {
+  mkdirSync(clientDir, { recursive: true });
+  const stamp = `..${Date.now()}_${Math.random().toString(36).slice(2, 8)}`;
+  const target = join(clientDir, stamp);
+  mkdirSync(target, { mode: 0o700 });
+  writeFileSync(join(target, 'tls.crt'), certPem, { mode: 0o600 });
+  writeFileSync(join(target, 'tls.key'), keyPem, { mode: 0o600 });
+  const tmp = join(clientDir, '..data_tmp');
+  rmSync(tmp, { force: true });
+  symlinkSync(stamp, tmp);
+  let old: string | undefined;
+  try {
+    old = readlinkSync(join(clientDir, '..data'));
+  } catch { /* first publication */ }
+  renameSync(tmp, join(clientDir, '..data'));
+  for (const f of ['tls.crt', 'tls.key']) {
+    if (!existsSync(join(clientDir, f))) symlinkSync(join('..data', f), join(clientDir, f));
+  }
+  if (old !== undefined && old !== stamp) rmSync(join(clientDir, old), { recursive: true, force: true });
+}
+
+/** Generates the whole development PKI under `dir`. ~0.2 s. */
+export function generateDevPki(dir: string, san = 'localhost'): DevPki {
+  mkdirSync(dir, { recursive: true, mode: 0o700 });
+  ca(dir, 'backend-ca');
+  ca(dir, 'client-ca');
+  ca(dir, 'rogue-ca');
+  issue(dir, 'backend-ca', 'backend', san, `DNS:${san},IP:127.0.0.1`, 'serverAuth');
+  issue(dir, 'rogue-ca', 'rogue', san, `DNS:${san},IP:127.0.0.1`, 'serverAuth');
+  issue(dir, 'client-ca', 'client-1', 'edge-client-1', 'DNS:edge.internal', 'clientAuth');
+  const clientDir = join(dir, 'client');
+  publishClientCert(clientDir, readFileSync(join(dir, 'client-1.crt')), readFileSync(join(dir, 'client-1.key')));
+  return {
+    dir,
+    backendCaFile: join(dir, 'backend-ca.crt'),
+    backendCertFile: join(dir, 'backend.crt'),
+    backendKeyFile: join(dir, 'backend.key'),
+    clientCaFile: join(dir, 'client-ca.crt'),
+    clientCaKeyFile: join(dir, 'client-ca.key'),
+    clientCertFile: join(clientDir, 'tls.crt'),
+    clientKeyFile: join(clientDir, 'tls.key'),
+    rogueCertFile: join(dir, 'rogue.crt'),
+    rogueKeyFile: join(dir, 'rogue.key'),
+    san,
+  };
+}

