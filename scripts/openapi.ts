@@ -27,6 +27,7 @@ import { ERROR_MESSAGE, ERROR_STATUS, type ErrorCode } from '../authz/src/errors
 import { CONDITION_ID_PATTERN, DECIMAL_PATTERN, MARKET_DOCUMENT_SCHEMA } from '../authz/src/feed/schema.ts';
 import { ENVELOPE_SCHEMA, MARKETS_QUERY_SCHEMA, MARKETS_RESPONSE_SCHEMA, QUOTE_SCHEMA, QUOTES_QUERY_SCHEMA, QUOTES_RESPONSE_SCHEMA, ROOT_BODY } from '../authz/src/marketdata/schemas.ts';
 import { BAD_REQUEST_MESSAGES, UPSTREAM_TIMEOUT_MESSAGE } from '../envoy/render.ts';
+import { STORE_OUTCOME_UNKNOWN_MESSAGE } from '../authz/src/marketdata/store.ts';
 
 export const OPENAPI_FILE = fileURLToPath(new URL('../docs/openapi.yaml', import.meta.url));
 const defaults = loadConfig({});
@@ -368,7 +369,7 @@ export function buildOpenApi(): Obj {
           content: json({ allOf: [schemaRef('Error'), { properties: { error: { enum: codesOf(503) } } }] }),
         },
         UpstreamTimeout: {
-          description: `\`backend_timeout\`: the market service did not answer in time ("${UPSTREAM_TIMEOUT_MESSAGE}"); an ingest may have been stored.`,
+          description: `\`backend_timeout\`: the market service did not answer in time ("${UPSTREAM_TIMEOUT_MESSAGE}"), or, on ingest, Redis died after the write went out and did not come back within 2 s ("${STORE_OUTCOME_UNKNOWN_MESSAGE}"). Either way an ingest may have been stored: re-send it with a new nonce; 409 \`stale_document\` then means it is.`,
           headers: commonHeaders(),
           content: json({ allOf: [schemaRef('Error'), { properties: { error: { const: 'backend_timeout' } } }] }),
         },

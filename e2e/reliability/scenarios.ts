@@ -86,7 +86,12 @@ export async function redisDown(env: Env, scale: Scale): Promise<Row> {
   const during = out.filter((o) => o.kind === 'ingest' && o.startedAt > stopAt + 300 && o.endedAt < resumeAt);
   assert.ok(during.length > 50, `load while down: ${during.length}`);
   assert.equal(during.filter((o) => o.status === 200).length, 0, 'an ingest was acknowledged while Redis was down');
-  onlyJsonErrors(out, [503]);
+  onlyJsonErrors(out, [503, 504]);
+  // 504 backend_timeout = the write went out and Redis died before answering (outcome unknown):
+  // only the ingests in flight at the kill, never a read.
+  const unknown = out.filter((o) => o.status === 504);
+  assert.ok(unknown.every((o) => o.kind === 'ingest' && o.json && o.body.includes('"error":"backend_timeout"') && o.startedAt <= stopAt + 300), 'a 504 other than an ingest in flight at the kill');
+  assert.ok(unknown.length <= 8, `${unknown.length} outcome-unknown ingests; at most the 8 in flight`);
   const rec = recoveryMs(out, 'ingest', resumeAt);
   assert.ok(rec !== undefined && rec <= 5000, `recovery ${rec} ms`);
   // Nothing half-written: every acknowledged ingest is readable; no rejected one appears.
@@ -98,11 +103,12 @@ export async function redisDown(env: Env, scale: Scale): Promise<Row> {
     for (const m of ((await res.json()) as { markets: { conditionId: string }[] }).markets) found.add(m.conditionId);
   }
   for (const id of stored.keys()) assert.ok(found.has(id), `acknowledged ${id} not stored`);
-  const rejectedButStored = sent.filter((s) => s.o.status !== 200 && found.has(s.id)).length;
+  // Every rejection is the truth: a 503 (or any answer but 200 and the outcome-unknown 504) stored nothing.
+  const rejectedButStored = sent.filter((s) => s.o.status !== 200 && s.o.status !== 504 && found.has(s.id)).length;
   assert.equal(rejectedButStored, 0, 'a rejected ingest was stored');
   assert.deepEqual(env.stack.pids(), pidsBefore, 'no process restarted');
   const c = count(out);
-  return { scenario: '2. Redis stopped during ingest load', load: '200 ingests/s + 50 reads/s', fault: `Redis down ${scale.redisDownMs / 1000} s`, outcome: `acknowledged while down: 0 of ${during.length}; ingest 200/503: ${c['ingest:200'] ?? 0}/${c['ingest:503'] ?? 0}; reads 200/503: ${c['read:200'] ?? 0}/${c['read:503'] ?? 0}; half-written: 0`, recovery: `${rec} ms` };
+  return { scenario: '2. Redis stopped during ingest load', load: '200 ingests/s + 50 reads/s', fault: `Redis down ${scale.redisDownMs / 1000} s`, outcome: `acknowledged while down: 0 of ${during.length}; ingest 200/503/504: ${c['ingest:200'] ?? 0}/${c['ingest:503'] ?? 0}/${c['ingest:504'] ?? 0} (504 = in flight at the kill, outcome unknown); rejected but stored: 0; reads 200/503: ${c['read:200'] ?? 0}/${c['read:503'] ?? 0}; half-written: 0`, recovery: `${rec} ms` };
 }
 
 export async function authzKilled(env: Env): Promise<Row> {

@@ -9,6 +9,59 @@ import { Redis, type RedisOptions } from 'ioredis';
 
 export const REDIS_COMMAND_TIMEOUT_MS = 250;
 
+/**
+ * Redis's clock as seen from this process: `now()` ≈ Redis `TIME` in ms. The offset is sampled
+ * on every (re)connect and every `intervalMs`; a sample whose round trip took over 50 ms is
+ * dropped (too imprecise). Used to give a write a deadline in Redis's own time (see the
+ * market store), so only its precision, never its correctness, depends on the sample.
+ */
+export class RedisClock {
+  #offsetMs = 0;
+  readonly #redis: Redis;
+  readonly #timer: NodeJS.Timeout;
+  readonly #onReady = (): void => void this.sample();
+
+  constructor(redis: Redis, intervalMs = 5000) {
+    this.#redis = redis;
+    redis.on('ready', this.#onReady);
+    if (redis.status === 'ready') this.#onReady();
+    this.#timer = setInterval(this.#onReady, intervalMs);
+    this.#timer.unref();
+  }
+
+  now(): number {
+    return Date.now() + this.#offsetMs;
+  }
+
+  get offsetMs(): number {
+    return this.#offsetMs;
+  }
+
+  /** One TIME round trip; resolves false when it failed or was too slow to trust. */
+  async sample(): Promise<boolean> {
+    try {
+      const t0 = Date.now();
+      const [sec, usec] = await this.#redis.time();
+      const t1 = Date.now();
+      if (t1 - t0 > 50) return false;
+      this.#offsetMs = Number(sec) * 1000 + Math.floor(Number(usec) / 1000) - Math.round((t0 + t1) / 2);
+      return true;
+    } catch {
+      return false;
+    }
+  }
+
+  close(): void {
+    clearInterval(this.#timer);
+    this.#redis.off('ready', this.#onReady);
+  }
+}
+
+/** True when ioredis rejected a command without sending it (not connected, offline queue off). */
+export function neverSent(err: unknown): boolean {
+  return err instanceof Error && err.message.includes('enableOfflineQueue options is false');
+}
+
 const BASE: RedisOptions = {
   enableOfflineQueue: false,
   maxRetriesPerRequest: 0,

@@ -13,7 +13,7 @@ import { errorJson, ERROR_STATUS, type ErrorCode } from '../errors.ts';
 import { checkDocument, parseIngestBody, verifyEnvelopeSignature } from '../feed/envelope.ts';
 import type { Logger } from '../log.ts';
 import { MARKETS_QUERY_SCHEMA, QUOTES_QUERY_SCHEMA, ROOT_BODY, type ListQuery } from './schemas.ts';
-import type { MarketStore, Page } from './store.ts';
+import { STORE_OUTCOME_UNKNOWN_MESSAGE, StoreOutcomeUnknownError, type MarketStore, type Page } from './store.ts';
 
 export interface MarketServiceDeps {
   readonly store: MarketStore;
@@ -202,6 +202,11 @@ export function createMarketService(deps: MarketServiceDeps): MarketService {
         try {
           result = await deps.store.put(doc.document, envelope);
         } catch (err) {
+          if (err instanceof StoreOutcomeUnknownError) {
+            ingests.labels('outcome_unknown').inc();
+            deps.logger.error({ err: String(err), conditionId }, 'market store did not confirm the write: outcome unknown');
+            throw new HttpError('backend_timeout', STORE_OUTCOME_UNKNOWN_MESSAGE);
+          }
           ingests.labels('store_error').inc();
           deps.logger.error({ err: String(err), conditionId }, 'market store unavailable: ingest not stored');
           throw new HttpError('service_unavailable', 'market store unavailable; nothing was stored');

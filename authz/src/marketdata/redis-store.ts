@@ -2,13 +2,15 @@
  * Redis market store with an in-process cache shared by reads and order checks.
  *
  * Keys (all prefixed `edge:market`):
- *   edge:market:<conditionId>   hash {seq, item, quotes}
+ *   edge:market:<conditionId>   hash {seq, item, quotes, wid (id of the write that stored it)}
  *   edge:markets                sorted set, score 0, member conditionId (lexicographic order)
  *   edge:markets:active:1|0     the same, split by the document's `active` field
  *   channel edge:market:inv     conditionId published on every write
  *
  * Writes are one Lua script: compare seq, write the hash, move the id between index sets and
  * publish the invalidation — atomic, so concurrent ingests on any replica never lose an update.
+ * A write carries a deadline in Redis's clock and is refused after it, so an ingest whose reply
+ * was lost can ask Redis afterwards what happened and answer truthfully (see `put`).
  * Reads of a page are one Lua script (ids by ZRANGE BYLEX + their items): one round trip,
  * O(log N + limit). (The scripts touch keys they compute, so they need a non-cluster Redis or
  * Sentinel; see docs/market-data.md.)
@@ -18,26 +20,50 @@
  * So two replicas disagree for at most the pub/sub delay, and never longer than the TTL even
  * if a message is lost.
  */
-import type { Redis } from 'ioredis';
+import { randomUUID } from 'node:crypto';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { ReplyError, type Redis } from 'ioredis';
+import { neverSent, RedisClock, REDIS_COMMAND_TIMEOUT_MS } from '../adapters/redis.ts';
 import type { Envelope } from '../feed/envelope.ts';
 import type { MarketDocument } from '../feed/schema.ts';
 import type { MarketMeta } from '../ports.ts';
-import { encodeMarket, metaOfItem, pageOfIds, type MarketStore, type Page, type PageItem, type PageQuery, type PutResult } from './store.ts';
+import {
+  encodeMarket, metaOfItem, pageOfIds, StoreOutcomeUnknownError, StoreUnavailableError,
+  type MarketStore, type Page, type PageItem, type PageQuery, type PutResult,
+} from './store.ts';
 
 export const MARKET_KEY_PREFIX = 'edge:market:';
 export const INDEX_KEY = 'edge:markets';
 export const ACTIVE_INDEX = (active: boolean): string => `edge:markets:active:${active ? 1 : 0}`;
 export const INVALIDATION_CHANNEL = 'edge:market:inv';
 
+// ARGV[6] = deadline, ms in Redis's clock: a write that reaches Redis later than that is
+// refused (-1), so a write the client already gave up on cannot land afterwards.
+// ARGV[7] = write id, random per write, so the write can be recognised afterwards.
 const PUT_SCRIPT = `
+local t = redis.call('TIME')
+if tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) > tonumber(ARGV[6]) then return -1 end
 local cur = redis.call('HGET', KEYS[1], 'seq')
 if cur and tonumber(cur) >= tonumber(ARGV[1]) then return 0 end
-redis.call('HSET', KEYS[1], 'seq', ARGV[1], 'item', ARGV[2], 'quotes', ARGV[3])
+redis.call('HSET', KEYS[1], 'seq', ARGV[1], 'item', ARGV[2], 'quotes', ARGV[3], 'wid', ARGV[7])
 redis.call('ZADD', KEYS[2], 0, ARGV[4])
 redis.call('ZADD', KEYS[3], 0, ARGV[4])
 redis.call('ZREM', KEYS[4], ARGV[4])
 redis.call('PUBLISH', ARGV[5], ARGV[4])
 return 1
+`;
+
+// After a write whose reply never came: once Redis's clock is past the write's deadline the
+// write can no longer land, so what is stored now is final. -1 = deadline not yet passed;
+// 1 = this very write is stored; 0 = an equal or newer seq is stored (409); -2 = not stored.
+// KEYS[1] = market key; ARGV = deadline, seq, write id
+const RESOLVE_SCRIPT = `
+local t = redis.call('TIME')
+if tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) <= tonumber(ARGV[1]) then return -1 end
+local v = redis.call('HMGET', KEYS[1], 'seq', 'wid')
+if not v[1] or tonumber(v[1]) < tonumber(ARGV[2]) then return -2 end
+if v[2] == ARGV[3] then return 1 end
+return 0
 `;
 
 // KEYS[1] = index set; ARGV[1] = exclusive start ('-' or '(' .. id); ARGV[2] = count; ARGV[3] = key prefix
@@ -67,6 +93,19 @@ return out
 
 type Row = string | null;
 
+/** How long after a write's deadline it may land at the latest (its command timeout). */
+const PUT_DEADLINE_MS = REDIS_COMMAND_TIMEOUT_MS;
+/** How long an ingest whose write went unanswered waits for Redis to tell what happened. */
+export const STORE_RESOLVE_MS = 2000;
+const RESOLVE_POLL_MS = 100;
+
+interface Scripts {
+  edgeMarketPut(...a: string[]): Promise<number>;
+  edgeMarketResolve(...a: string[]): Promise<number>;
+  edgeMarketPage(...a: (string | number)[]): Promise<Row[]>;
+  edgeMarketMget(...a: string[]): Promise<Row[]>;
+}
+
 interface CacheEntry {
   readonly meta: MarketMeta | undefined;
   readonly expires: number;
@@ -85,29 +124,40 @@ export class RedisMarketStore implements MarketStore {
   readonly #inflight = new Map<string, Promise<MarketMeta | undefined>>();
   readonly #opts: RedisStoreOptions;
   readonly #now: () => number;
+  readonly #clock: RedisClock;
+  readonly #cmd: Scripts;
   #subscribed = false;
 
   constructor(redis: Redis, opts: RedisStoreOptions) {
     this.#redis = redis;
     this.#opts = opts;
     this.#now = opts.now ?? Date.now;
+    this.#cmd = redis as unknown as Scripts;
     redis.defineCommand('edgeMarketPut', { numberOfKeys: 4, lua: PUT_SCRIPT });
+    redis.defineCommand('edgeMarketResolve', { numberOfKeys: 1, lua: RESOLVE_SCRIPT });
     redis.defineCommand('edgeMarketPage', { numberOfKeys: 1, lua: PAGE_SCRIPT });
     redis.defineCommand('edgeMarketMget', { numberOfKeys: 0, lua: MGET_SCRIPT });
+    // After defineCommand: an auto-pipeline opened by an earlier command would lack the scripts.
+    this.#clock = new RedisClock(redis);
     // The subscriber keeps its own connection; it queues while disconnected and re-subscribes.
-    this.#sub = redis.duplicate({ enableOfflineQueue: true, maxRetriesPerRequest: null, commandTimeout: undefined });
+    // ioredis's own re-subscribe on reconnect leaves its promise unhandled: if the connection
+    // drops again before SUBSCRIBE is answered, that rejection would end the process. So
+    // subscribing is done here, on every 'ready', with the rejection handled.
+    this.#sub = redis.duplicate({ enableOfflineQueue: true, maxRetriesPerRequest: null, commandTimeout: undefined, autoResubscribe: false });
     this.#sub.on('message', (_channel: string, id: string) => this.#cache.delete(id));
     this.#sub.on('ready', () => {
       // Messages may have been missed while disconnected: forget everything.
       this.#cache.clear();
-      this.#subscribed = true;
+      this.#sub.subscribe(INVALIDATION_CHANNEL).then(
+        () => { this.#subscribed = true; },
+        (err: unknown) => opts.onError?.('subscribe', err),
+      );
     });
     this.#sub.on('close', () => {
       this.#subscribed = false;
       this.#cache.clear();
     });
     this.#sub.on('error', (err: unknown) => opts.onError?.('subscribe', err));
-    void this.#sub.subscribe(INVALIDATION_CHANNEL).catch((err: unknown) => opts.onError?.('subscribe', err));
   }
 
   /** Synchronous on a fresh cache hit; a Promise (one Redis round trip, shared by concurrent callers) on a miss. */
@@ -134,14 +184,51 @@ export class RedisMarketStore implements MarketStore {
     return p;
   }
 
+  /**
+   * Stores when seq is greater than the stored one. Every outcome is definite except one:
+   * - rejected before sending, or an error reply from Redis → StoreUnavailableError (nothing stored);
+   * - no reply (timeout, connection lost) → ask Redis, for up to STORE_RESOLVE_MS, whether this
+   *   record is stored; the write carries a deadline in Redis's clock, so once that passed the
+   *   answer is final: 'stored', 'stale', or StoreUnavailableError;
+   * - Redis did not answer within the window → StoreOutcomeUnknownError.
+   */
   async put(doc: MarketDocument, envelope: Envelope): Promise<PutResult> {
     const m = encodeMarket(doc, envelope);
-    const r = await (this.#redis as unknown as { edgeMarketPut(...a: (string | number)[]): Promise<number> }).edgeMarketPut(
-      MARKET_KEY_PREFIX + doc.conditionId, INDEX_KEY, ACTIVE_INDEX(doc.active), ACTIVE_INDEX(!doc.active),
-      String(doc.seq), m.item, m.quotes, doc.conditionId, INVALIDATION_CHANNEL,
-    );
-    this.#cache.delete(doc.conditionId);
-    return r === 1 ? 'stored' : 'stale';
+    const key = MARKET_KEY_PREFIX + doc.conditionId;
+    const seq = String(doc.seq);
+    const deadline = String(this.#clock.now() + PUT_DEADLINE_MS);
+    const wid = randomUUID();
+    let r: number;
+    try {
+      r = await this.#cmd.edgeMarketPut(
+        key, INDEX_KEY, ACTIVE_INDEX(doc.active), ACTIVE_INDEX(!doc.active),
+        seq, m.item, m.quotes, doc.conditionId, INVALIDATION_CHANNEL, deadline, wid,
+      );
+    } catch (err) {
+      if (neverSent(err) || err instanceof ReplyError) throw new StoreUnavailableError(String(err));
+      this.#opts.onError?.('put (resolving)', err);
+      r = await this.#resolve(key, seq, wid, deadline);
+    } finally {
+      this.#cache.delete(doc.conditionId);
+    }
+    if (r === 1) return 'stored';
+    if (r === 0) return 'stale';
+    throw new StoreUnavailableError('the write reached Redis after its deadline; nothing was stored');
+  }
+
+  async #resolve(key: string, seq: string, wid: string, deadline: string): Promise<number> {
+    const giveUp = Date.now() + STORE_RESOLVE_MS;
+    for (;;) {
+      const untilDeadline = Number(deadline) - this.#clock.now();
+      await sleep(Math.max(RESOLVE_POLL_MS, untilDeadline + 1));
+      try {
+        const v = await this.#cmd.edgeMarketResolve(key, deadline, seq, wid);
+        if (v !== -1) return v === -2 ? -1 : v;
+      } catch {
+        // Still unreachable: try again until the window closes.
+      }
+      if (Date.now() >= giveUp) throw new StoreOutcomeUnknownError(`no answer from Redis within ${STORE_RESOLVE_MS} ms`);
+    }
   }
 
   async page(q: PageQuery): Promise<Page> {
@@ -153,8 +240,7 @@ export class RedisMarketStore implements MarketStore {
     }
     const index = q.active === undefined ? INDEX_KEY : ACTIVE_INDEX(q.active);
     const start = q.after === undefined ? '-' : `(${q.after}`;
-    const rows = (await (this.#redis as unknown as { edgeMarketPage(...a: (string | number)[]): Promise<Row[]> })
-      .edgeMarketPage(index, start, q.limit + 1, MARKET_KEY_PREFIX)) ?? [];
+    const rows = (await this.#cmd.edgeMarketPage(index, start, q.limit + 1, MARKET_KEY_PREFIX)) ?? [];
     const markets = this.#decodeRows(rows);
     const more = markets.length > q.limit;
     const page = markets.slice(0, q.limit);
@@ -163,7 +249,7 @@ export class RedisMarketStore implements MarketStore {
 
   async #fetch(ids: readonly string[]): Promise<(PageItem | undefined)[]> {
     if (ids.length === 0) return [];
-    const rows = await (this.#redis as unknown as { edgeMarketMget(...a: string[]): Promise<Row[]> }).edgeMarketMget(MARKET_KEY_PREFIX, ...ids);
+    const rows = await this.#cmd.edgeMarketMget(MARKET_KEY_PREFIX, ...ids);
     const out: (PageItem | undefined)[] = [];
     for (let i = 0; i < rows.length; i += 3) {
       const item = rows[i + 1];
@@ -186,6 +272,7 @@ export class RedisMarketStore implements MarketStore {
   }
 
   async close(): Promise<void> {
+    this.#clock.close();
     this.#sub.disconnect();
   }
 }

@@ -31,6 +31,27 @@ export interface PageItem {
 
 export type PutResult = 'stored' | 'stale';
 
+/**
+ * A write that certainly did not happen and never will: the store was unreachable before the
+ * command went out, refused it, or ran it too late to apply. Ingest answers 503.
+ */
+export class StoreUnavailableError extends Error {
+  override readonly name = 'StoreUnavailableError';
+}
+
+/**
+ * A write whose outcome the store could not confirm in time (the connection died after the
+ * command went out and the store did not come back within the resolve window). The record may
+ * or may not be stored. Ingest answers 504, like an order whose backend timed out.
+ */
+export class StoreOutcomeUnknownError extends Error {
+  override readonly name = 'StoreOutcomeUnknownError';
+}
+
+/** The 504 `backend_timeout` message of an ingest whose outcome is unknown. */
+export const STORE_OUTCOME_UNKNOWN_MESSAGE =
+  'market store did not confirm the write; it may or may not be stored. Re-send it with a new nonce: 200 or 409 stale_document means it is stored';
+
 export interface PageQuery {
   /** Exclusive lower bound (the cursor): only markets with conditionId > after. */
   readonly after?: string | undefined;
@@ -48,7 +69,10 @@ export interface Page {
 }
 
 export interface MarketStore extends MarketLookup {
-  /** Compare-and-set on seq: stores only when seq > the stored seq. Rejects when the store is down. */
+  /**
+   * Compare-and-set on seq: stores only when seq > the stored seq. Rejects with
+   * StoreUnavailableError when nothing was stored, StoreOutcomeUnknownError when that is unknown.
+   */
   put(doc: MarketDocument, envelope: Envelope): Promise<PutResult>;
   /** Markets ordered by conditionId. Rejects when the store is down. */
   page(q: PageQuery): Promise<Page>;
