@@ -21,17 +21,17 @@ export function validateResponse(method: string, url: string, status: number, co
   const op = doc.paths[path]?.[m];
   if (op === undefined) return; // undocumented paths answer 404/405 JSON; checked by their tests
   // An exact status wins over its range key ('2XX', as OpenAPI allows).
-  const key0 = op.responses[String(status)] !== undefined ? String(status) : `${String(status)[0]}XX`;
-  const res = op.responses[key0];
+  const documented = op.responses[String(status)] !== undefined ? String(status) : `${String(status)[0]}XX`;
+  const res = op.responses[documented];
   if (res === undefined) throw new Error(`${method} ${path}: status ${status} is not documented (${Object.keys(op.responses).join(', ')})`);
   if (status === 304) return;
   const media = res.content?.['application/json'];
   if (media === undefined) return; // pass-through bodies (orders) have no schema
   if (!(contentType ?? '').startsWith('application/json')) throw new Error(`${method} ${path} ${status}: content-type ${contentType}, documented application/json`);
-  const key = `${path}|${m}|${key0}`;
+  const key = `${path}|${m}|${documented}`;
   let v = cache.get(key);
   if (v === undefined) {
-    v = ajv.compile({ $ref: `openapi#/paths/${pointer(path)}/${m}/responses/${key0}/content/application~1json/schema` });
+    v = ajv.compile({ $ref: `openapi#/paths/${pointer(path)}/${m}/responses/${documented}/content/application~1json/schema` });
     cache.set(key, v);
   }
   const parsed: unknown = JSON.parse(body);

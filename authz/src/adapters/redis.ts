@@ -19,7 +19,7 @@ export class RedisClock {
   #offsetMs = 0;
   readonly #redis: Redis;
   readonly #timer: NodeJS.Timeout;
-  readonly #onReady = (): void => void this.sample();
+  readonly #onReady = (): void => void this.#sample();
 
   constructor(redis: Redis, intervalMs = 5000) {
     this.#redis = redis;
@@ -33,21 +33,15 @@ export class RedisClock {
     return Date.now() + this.#offsetMs;
   }
 
-  get offsetMs(): number {
-    return this.#offsetMs;
-  }
-
-  /** One TIME round trip; resolves false when it failed or was too slow to trust. */
-  async sample(): Promise<boolean> {
+  /** One TIME round trip; a failed or slow one keeps the previous offset. */
+  async #sample(): Promise<void> {
     try {
       const t0 = Date.now();
       const [sec, usec] = await this.#redis.time();
       const t1 = Date.now();
-      if (t1 - t0 > 50) return false;
-      this.#offsetMs = Number(sec) * 1000 + Math.floor(Number(usec) / 1000) - Math.round((t0 + t1) / 2);
-      return true;
+      if (t1 - t0 <= 50) this.#offsetMs = Number(sec) * 1000 + Math.floor(Number(usec) / 1000) - Math.round((t0 + t1) / 2);
     } catch {
-      return false;
+      // Redis unreachable: sampled again on the next 'ready'.
     }
   }
 

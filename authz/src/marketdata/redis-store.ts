@@ -37,12 +37,18 @@ export const INDEX_KEY = 'edge:markets';
 export const ACTIVE_INDEX = (active: boolean): string => `edge:markets:active:${active ? 1 : 0}`;
 export const INVALIDATION_CHANNEL = 'edge:market:inv';
 
-// ARGV[6] = deadline, ms in Redis's clock: a write that reaches Redis later than that is
-// refused (-1), so a write the client already gave up on cannot land afterwards.
+// Redis's clock in ms, as both write scripts compare it with a write's deadline.
+const NOW_MS = `local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)`;
+
+// Both scripts answer with the same codes: 1 = this write is stored, 0 = an equal or newer seq
+// is stored (409), -1 = not stored and never will be; RESOLVE adds -2 = ask again later.
+// PUT: ARGV[6] = deadline, ms in Redis's clock: a write that reaches Redis later than that is
+// refused, so a write the client already gave up on cannot land afterwards.
 // ARGV[7] = write id, random per write, so the write can be recognised afterwards.
 const PUT_SCRIPT = `
-local t = redis.call('TIME')
-if tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) > tonumber(ARGV[6]) then return -1 end
+${NOW_MS}
+if now > tonumber(ARGV[6]) then return -1 end
 local cur = redis.call('HGET', KEYS[1], 'seq')
 if cur and tonumber(cur) >= tonumber(ARGV[1]) then return 0 end
 redis.call('HSET', KEYS[1], 'seq', ARGV[1], 'item', ARGV[2], 'quotes', ARGV[3], 'wid', ARGV[7])
@@ -53,15 +59,14 @@ redis.call('PUBLISH', ARGV[5], ARGV[4])
 return 1
 `;
 
-// After a write whose reply never came: once Redis's clock is past the write's deadline the
-// write can no longer land, so what is stored now is final. -1 = deadline not yet passed;
-// 1 = this very write is stored; 0 = an equal or newer seq is stored (409); -2 = not stored.
+// RESOLVE, after a write whose reply never came: once Redis's clock is past the write's deadline
+// the write can no longer land, so what is stored now is final (-2 until then).
 // KEYS[1] = market key; ARGV = deadline, seq, write id
 const RESOLVE_SCRIPT = `
-local t = redis.call('TIME')
-if tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) <= tonumber(ARGV[1]) then return -1 end
+${NOW_MS}
+if now <= tonumber(ARGV[1]) then return -2 end
 local v = redis.call('HMGET', KEYS[1], 'seq', 'wid')
-if not v[1] or tonumber(v[1]) < tonumber(ARGV[2]) then return -2 end
+if not v[1] or tonumber(v[1]) < tonumber(ARGV[2]) then return -1 end
 if v[2] == ARGV[3] then return 1 end
 return 0
 `;
@@ -213,7 +218,7 @@ export class RedisMarketStore implements MarketStore {
     }
     if (r === 1) return 'stored';
     if (r === 0) return 'stale';
-    throw new StoreUnavailableError('the write reached Redis after its deadline; nothing was stored');
+    throw new StoreUnavailableError('the write did not reach Redis before its deadline; nothing was stored');
   }
 
   async #resolve(key: string, seq: string, wid: string, deadline: string): Promise<number> {
@@ -223,7 +228,7 @@ export class RedisMarketStore implements MarketStore {
       await sleep(Math.max(RESOLVE_POLL_MS, untilDeadline + 1));
       try {
         const v = await this.#cmd.edgeMarketResolve(key, deadline, seq, wid);
-        if (v !== -1) return v === -2 ? -1 : v;
+        if (v !== -2) return v;
       } catch {
         // Still unreachable: try again until the window closes.
       }
