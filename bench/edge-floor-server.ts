@@ -1,11 +1,15 @@
 /**
  * Stack (2)'s authz: the transport floor. An allow-all ext_authz Check (standard proto-loader
- * service, full decode) and a minimal ext_proc that swaps the order JSON for its decoded
- * payload (no validation) — the least any processor could do on Envoy's ext_proc wire.
+ * service, full decode of every CheckRequest). For an order it also hands the envelope's
+ * payload to the order-body Lua filter as dynamic metadata (JSON.parse, no validation): the
+ * least any Check could do for the same filter chain to deliver the order.
  */
 import * as grpc from '@grpc/grpc-js';
 import { loadPackageDefinition, SERVICE_NAMES } from '../proto/index.ts';
+import { ORDER_PAYLOAD_METADATA_KEY } from '../authz/src/stages/order.ts';
 import { serveParent } from './lib/serve-parent.ts';
+
+interface Req { attributes?: { request?: { http?: { path?: string; raw_body?: Buffer } } } }
 
 const pd = loadPackageDefinition();
 const OK = { status: { code: 0 }, ok_response: {} };
@@ -13,21 +17,14 @@ const server = new grpc.Server({ 'grpc.max_receive_message_length': 16 * 1024 * 
 // Same HTTP/2 reset limits as the authz server (see authz/src/grpc/server.ts), for a fair floor.
 Object.assign((server as unknown as { commonServerOptions: object }).commonServerOptions, { streamResetBurst: 1_000_000, streamResetRate: 1_000_000 });
 server.addService(pd[SERVICE_NAMES.authorization] as grpc.ServiceDefinition, {
-  Check(_call: grpc.ServerUnaryCall<object, object>, cb: grpc.sendUnaryData<object>) {
-    cb(null, OK);
-  },
-});
-const hdr = (key: string, value: string) => ({ header: { key, raw_value: Buffer.from(value) }, append_action: 'OVERWRITE_IF_EXISTS_OR_ADD' });
-server.addService(pd[SERVICE_NAMES.externalProcessor] as grpc.ServiceDefinition, {
-  Process(call: grpc.ServerDuplexStream<Record<string, { body?: Buffer }>, object>) {
-    call.on('data', (m) => {
-      if (m['request_headers'] !== undefined) call.write({ request_headers: { response: {} } });
-      else if (m['request_body'] !== undefined) {
-        const bytes = Buffer.from((JSON.parse(String(m['request_body'].body)) as { payload: string }).payload, 'base64');
-        call.write({ request_body: { response: { status: 'CONTINUE', header_mutation: { set_headers: [hdr('content-length', String(bytes.length)), hdr('content-type', 'application/octet-stream')] }, body_mutation: { body: bytes } } } });
-      }
-    });
-    call.on('end', () => call.end());
+  Check(call: grpc.ServerUnaryCall<Req, object>, cb: grpc.sendUnaryData<object>) {
+    const http = call.request.attributes?.request?.http;
+    if (http?.path !== '/v1/orders' || http.raw_body === undefined) {
+      cb(null, OK);
+      return;
+    }
+    const { payload } = JSON.parse(String(http.raw_body)) as { payload: string };
+    cb(null, { ...OK, dynamic_metadata: { fields: { [ORDER_PAYLOAD_METADATA_KEY]: { stringValue: payload } } } });
   },
 });
 const port = await new Promise<number>((resolve, reject) => {

@@ -15,7 +15,9 @@
  * trusts, so geo allows it without a GeoIP hit; RPS_PER_IP = RATE_BURST = 10^6 so the limiter
  * runs on every request but never throttles the single client address.
  *
- * Env: BENCH_ROUNDS (4), BENCH_SECONDS (3), BENCH_NO_DOCS=1 to leave docs/benchmarks.md alone.
+ * Env: BENCH_ROUNDS (4), BENCH_SECONDS (3), BENCH_NO_DOCS=1 to leave docs/benchmarks.md alone;
+ * for investigation only (implies BENCH_NO_DOCS): BENCH_ONLY_EPS (markets,orders) and
+ * BENCH_ONLY_MODES (sat,fixed) run a subset.
  */
 import { createHash, createHmac, generateKeyPairSync, randomBytes, sign } from 'node:crypto';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
@@ -43,7 +45,7 @@ const SAT_CONNECTIONS = 16;
 const FIXED = { connections: 10, rpsPerClient: 100 } as const;
 const ROOT = fileURLToPath(new URL('../', import.meta.url));
 const dir = mkdtempSync(join(tmpdir(), 'bench-edge-'));
-process.once('exit', () => rmSync(dir, { recursive: true, force: true }));
+if (process.env['BENCH_KEEP'] !== '1') process.once('exit', () => rmSync(dir, { recursive: true, force: true }));
 const t0 = performance.now();
 const log = (m: string): void => void process.stderr.write(`[bench:edge ${((performance.now() - t0) / 1000).toFixed(1).padStart(5)}s] ${m}\n`);
 const h2load = ensureH2load(log);
@@ -93,7 +95,10 @@ function bare(node: unknown): unknown {
 }
 
 type Ep = 'markets' | 'orders';
-const EPS: readonly Ep[] = ['markets', 'orders'];
+const only = (name: string): string[] | undefined => process.env[name]?.split(',').map((x) => x.trim()).filter(Boolean);
+const EPS: readonly Ep[] = (['markets', 'orders'] as const).filter((e) => only('BENCH_ONLY_EPS')?.includes(e) ?? true);
+const MODES = (['sat', 'fixed'] as const).filter((m) => only('BENCH_ONLY_MODES')?.includes(m) ?? true);
+const SUBSET = EPS.length < 2 || MODES.length < 2;
 const MARKETS_PATH = '/v1/markets';
 /** Size of the read's response body, from the preflight. */
 let readBytes = 0;
@@ -240,10 +245,7 @@ try {
   sat.clear();
   for (let round = 0; round < ROUNDS; round++) {
     const order = round % 2 === 0 ? stacks : [...stacks].reverse();
-    for (const ep of EPS) {
-      for (const s of order) await run(s, ep, 'sat', round);
-      for (const s of order) await run(s, ep, 'fixed', round);
-    }
+    for (const ep of EPS) for (const mode of MODES) for (const s of order) await run(s, ep, mode, round);
   }
 
   // Anything but a 2xx, by Envoy's own counters (non-zero error counters only), for the log.
@@ -405,7 +407,7 @@ header of the request (the browser-like ones, h2load's, Envoy's own \`x-forwarde
   dedicated A/B of (3) against (3*) only (10 paired rounds of 3 s at saturation, same headers) gave, as medians
   of \`all\` − \`minimal\`, reads: TS +10 µs, Envoy +8 µs, throughput with \`minimal\` +6 %; orders: TS +7 µs,
   Envoy +8 µs, +2 %. Per-round differences ranged from −12 to +50 µs.`;
-  if (process.env['BENCH_NO_DOCS'] !== '1') {
+  if (process.env['BENCH_NO_DOCS'] !== '1' && !SUBSET) {
     writeSection(fileURLToPath(new URL('../docs/benchmarks.md', import.meta.url)), '## Edge data plane (Envoy)', bodyMd, '# Benchmarks');
   }
   process.stdout.write(`${bodyMd}\n`);

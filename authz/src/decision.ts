@@ -18,6 +18,11 @@ export interface Decision {
   readonly headers: readonly Header[];
   /** Denial body (CONTRACT JSON); empty on allow. */
   readonly body: string;
+  /**
+   * String fields sent as CheckResponse.dynamic_metadata on an allow (Envoy stores them under
+   * `envoy.filters.http.ext_authz` for later filters; never sent upstream, never logged).
+   */
+  readonly metadata?: Readonly<Record<string, string>>;
   /** Cache slot for the encoded CheckResponse (filled by envoy/response.ts). */
   encoded?: Buffer;
 }

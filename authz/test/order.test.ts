@@ -5,9 +5,9 @@
  */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { ALLOW, type Decision } from '../src/decision.ts';
+import type { Decision } from '../src/decision.ts';
 import { ERROR_STATUS } from '../src/errors.ts';
-import { checkOrder, orderStage, parseOrder, strictBase64Length, type OrderDeps } from '../src/stages/order.ts';
+import { checkOrder, ORDER_PAYLOAD_METADATA_KEY, orderStage, parseOrder, strictBase64Length, type OrderDeps } from '../src/stages/order.ts';
 import type { MarketLookup, MarketMeta } from '../src/ports.ts';
 import { fakeMarkets, fixedClock } from './helpers.ts';
 
@@ -196,7 +196,15 @@ const cases: Record<string, Case> = {
 function assertDecision(d: Decision, c: Case): void {
   assert.equal(d.code, c.code, `expected ${c.code}, got ${d.code} (${d.reason})`);
   if (c.code === 'ok') {
-    assert.equal(d, ALLOW);
+    // The allow hands Envoy the payload (for the order-body Lua filter) and the CONTRACT §5
+    // headers, all exactly as the client sent them.
+    const sent = JSON.parse(String(c.body)) as { marketId: string; deadline: number; size: string; payload: string };
+    assert.equal(d.allow, true);
+    assert.deepEqual(d.metadata, { [ORDER_PAYLOAD_METADATA_KEY]: sent.payload });
+    assert.deepEqual(Object.fromEntries(d.headers), {
+      'content-type': 'application/octet-stream', 'x-edge-market-id': sent.marketId,
+      'x-edge-deadline': String(sent.deadline), 'x-edge-size': sent.size,
+    });
     return;
   }
   assert.equal(d.allow, false);

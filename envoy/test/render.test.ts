@@ -15,12 +15,12 @@ import { loadConfig, type Config, type Env } from '../../authz/src/config.ts';
 import { ALLOW, deny, geoDenial, type Decision } from '../../authz/src/decision.ts';
 import { ERROR_MESSAGE, ERROR_STATUS } from '../../authz/src/errors.ts';
 import type { AuthzInput } from '../../authz/src/envoy/request.ts';
-import { transformOrderBody } from '../../authz/src/grpc/ext-proc.ts';
+import { orderAllow, parseOrder } from '../../authz/src/stages/order.ts';
 import { createGrpcServer, type AuthzGrpcServer } from '../../authz/src/grpc/server.ts';
 import { envoyBinary, REPO_ROOT, validateBootstrap } from '../envoy-bin.ts';
 import { main as renderCli, BOOTSTRAP_FILE, SDS_FILE } from '../render-cli.ts';
 import {
-  AUTHZ_HEADERS, BAD_REQUEST_CODE, CLIENT_CERT_SECRET, CLUSTER, FILTER, ROUTE, canonicalIp, duration, renderEnvoy,
+  AUTHZ_HEADERS, BAD_REQUEST_CODE, CLIENT_CERT_SECRET, CLUSTER, FILTER, ORDER_BODY_FAILURE, ORDER_BODY_LUA, ROUTE, canonicalIp, duration, renderEnvoy,
   type JsonObject, type RenderOptions,
 } from '../render.ts';
 import {
@@ -109,9 +109,9 @@ for (const [name, variant] of Object.entries(VARIANTS)) {
       assert.doesNotMatch(v.output, /deprecated/i);
     });
 
-    test('filter order: rate limit → header_mutation → ext_authz → ext_proc → router', () => {
+    test('filter order: rate limit → header_mutation → ext_authz → order-body Lua → router', () => {
       assert.deepEqual(httpFilters(r.bootstrap).map((f) => f['name']),
-        [FILTER.rateLimit, FILTER.headerMutation, FILTER.extAuthz, FILTER.extProc, FILTER.router]);
+        [FILTER.rateLimit, FILTER.headerMutation, FILTER.extAuthz, FILTER.lua, FILTER.router]);
     });
 
     test('rate limit: one bucket per client address with RATE_BURST / RPS_PER_IP, enforced on 100%', () => {
@@ -206,14 +206,14 @@ for (const [name, variant] of Object.entries(VARIANTS)) {
       assert.deepEqual(findKeys(r.bootstrap, 'hedge_policy'), []);
     });
 
-    test('ext_proc is disabled in the chain and enabled on the orders route only', () => {
-      const ep = httpFilters(r.bootstrap)[3]!;
-      assert.equal(ep['disabled'], true);
-      assert.equal(at(ep, 'typed_config.failure_mode_allow'), false);
-      assert.equal(at(ep, 'typed_config.grpc_service.envoy_grpc.cluster_name'), CLUSTER.authz);
-      assert.match(String(at(ep, 'typed_config.message_timeout')), /s$/);
-      const withExtProc = routesOf(r.bootstrap).filter((x) => findKeys(x, FILTER.extProc).length > 0).map((x) => x['name']);
-      assert.deepEqual(withExtProc, r.config.orderBackend === undefined ? [] : [ROUTE.orders]);
+    test('the order-body Lua filter is disabled in the chain and enabled on the orders route only', () => {
+      const lua = httpFilters(r.bootstrap)[3]!;
+      assert.equal(lua['disabled'], true);
+      const source = String(at(lua, `typed_config.source_codes.${ORDER_BODY_LUA}.inline_string`));
+      assert.ok(source.includes(ORDER_BODY_FAILURE), 'the fail-closed reply is the CONTRACT JSON');
+      assert.match(source, /pcall\(payload, handle\)/, 'a Lua error answers 503 instead of continuing');
+      const withLua = routesOf(r.bootstrap).filter((x) => findKeys(x, FILTER.lua).length > 0).map((x) => x['name']);
+      assert.deepEqual(withLua, r.config.orderBackend === undefined ? [] : [ROUTE.orders]);
     });
 
     test('access log is JSON and names no secret-bearing header or body', () => {
@@ -271,9 +271,7 @@ for (const [name, variant] of Object.entries(VARIANTS)) {
         const idle = Number(String(at(orders, 'route.idle_timeout')).slice(0, -1)) * 1000;
         assert.ok(idle > b.timeoutMs, 'the stream idle timeout never pre-empts the route timeout (504)');
         assert.equal(at(perFilter(orders, FILTER.extAuthz), 'check_settings.with_request_body.max_request_bytes'), r.config.orderMaxBytes);
-        assert.deepEqual(at(perFilter(orders, FILTER.extProc), 'overrides.processing_mode'), {
-          request_header_mode: 'SEND', request_body_mode: 'BUFFERED', response_header_mode: 'SKIP', response_body_mode: 'NONE',
-        });
+        assert.equal(at(perFilter(orders, FILTER.lua), 'name'), ORDER_BODY_LUA);
       });
 
       test('order_backend cluster: pinned CA, exact SAN of the right type, client cert via SDS, bounded connection life', () => {
@@ -389,7 +387,13 @@ describe('render-cli', () => {
 const envoyAvailable = spawnSync(envoyBinary(), ['--version']).status === 0;
 
 describe('live Envoy 1.40 with the rendered config', { skip: envoyAvailable ? false : 'no Envoy binary' }, () => {
-  let decide: (i: AuthzInput) => Decision | Promise<Decision> = () => ALLOW;
+  /** What the real order stage allows (minus the market lookup): the payload as metadata. */
+  const orderOrAllow = (i: AuthzInput): Decision => {
+    if (i.path !== '/v1/orders') return ALLOW;
+    const o = parseOrder(i.body, 32_768);
+    return 'allow' in o ? o : orderAllow(o);
+  };
+  let decide: (i: AuthzInput) => Decision | Promise<Decision> = orderOrAllow;
   const inputs: AuthzInput[] = [];
   let backendMode: BackendMode = 'ok';
   let authz: AuthzGrpcServer;
@@ -410,7 +414,6 @@ describe('live Envoy 1.40 with the rendered config', { skip: envoyAvailable ? fa
       evaluate: (i) => { inputs.push(i); return decide(i); },
       observe: () => {},
       onError: () => {},
-      orderPayloadMaxBytes: 32_768,
     });
     const grpcPort = await authz.listen('127.0.0.1', 0);
     authz.setServing(true);
@@ -418,7 +421,7 @@ describe('live Envoy 1.40 with the rendered config', { skip: envoyAvailable ? fa
     backend = await startBackendStub(certs, () => backendMode);
     const env: Env = {
       EDGE_PORT: '0', ENVOY_ADMIN_PORT: '0', AUTHZ_GRPC_PORT: String(grpcPort), MARKET_PORT: String(market.port),
-      XFF_NUM_TRUSTED_HOPS: '1', RPS_PER_IP: '1', RATE_BURST: '3', ORDER_MAX_BYTES: '1024',
+      XFF_NUM_TRUSTED_HOPS: '1', RPS_PER_IP: '1', RATE_BURST: '3', ORDER_MAX_BYTES: '16384',
       ORDER_BACKEND_TIMEOUT_MS: '500',
     };
     const start = async (name: string, extra: Env): Promise<LiveEnvoy> => {
@@ -484,7 +487,7 @@ describe('live Envoy 1.40 with the rendered config', { skip: envoyAvailable ? fa
       assert.equal(res.headers['content-type'], 'application/json');
       assert.equal(res.headers['cache-control'], 'no-store');
       assert.equal(res.headers['link'], '<https://example.com/why>; rel="blocked-by"');
-    } finally { decide = () => ALLOW; }
+    } finally { decide = orderOrAllow; }
   });
 
   test('other denials keep their status and body (400 with field)', async () => {
@@ -494,19 +497,46 @@ describe('live Envoy 1.40 with the rendered config', { skip: envoyAvailable ? fa
       const res = await request(envoy.edgePort, 'POST', '/v1/orders', { ...client(), ...J }, '{}');
       assert.equal(res.status, 400);
       assert.equal(res.body, d.body);
-    } finally { decide = () => ALLOW; }
+    } finally { decide = orderOrAllow; }
   });
 
-  test('an order processor (ext_proc) rejection passes through unchanged, nothing reaches the backend', async () => {
-    const seen = backend.seen.length;
-    // authz allows (the default stub decision); the real TS processor then rejects the envelope.
-    const res = await request(envoy.edgePort, 'POST', '/v1/orders', { ...client(), ...J }, '{"marketId":1}');
-    const expected = transformOrderBody(Buffer.from('{"marketId":1}'), 32_768);
-    assert.equal(expected.ok, false);
-    assert.equal(res.status, expected.ok ? 0 : expected.status);
-    assert.equal(res.body, expected.ok ? '' : expected.body);
-    assert.equal(res.headers['content-type'], 'application/json');
-    assert.equal(backend.seen.length, seen);
+  // The order-body Lua filter fails closed whatever authz hands it. Our authz never allows an
+  // order without a strict-base64 payload; these decisions stand in for a broken authz.
+  const brokenAllows: Record<string, Decision> = {
+    'no payload metadata': ALLOW,
+    'payload metadata under another key': { ...ALLOW, metadata: { payload: 'AQ==' } },
+    'payload metadata that is not base64': { ...ALLOW, metadata: { order_payload: 'not base64!' } },
+    'payload metadata with non-zero padding bits (AR==)': { ...ALLOW, metadata: { order_payload: 'AR==' } },
+    'payload metadata with a misplaced =': { ...ALLOW, metadata: { order_payload: 'AA=AAAAA' } },
+    'an empty payload': { ...ALLOW, metadata: { order_payload: '' } },
+  };
+  for (const [name, d] of Object.entries(brokenAllows)) {
+    test(`order-body filter: ${name} → 503 service_unavailable JSON, nothing reaches the backend`, async () => {
+      decide = () => d;
+      try {
+        const seen = backend.seen.length;
+        const res = await request(envoy.edgePort, 'POST', '/v1/orders', { ...client(), ...J }, order(Buffer.from('x')));
+        isContractJson(res, 503, 'service_unavailable');
+        assert.equal(res.body, ORDER_BODY_FAILURE);
+        assert.equal(backend.seen.length, seen);
+      } finally { decide = orderOrAllow; }
+    });
+  }
+
+  test('order-body filter: payloads of every byte value and around its 3,072-byte chunking arrive byte-exact', async () => {
+    const payloads = [
+      Buffer.from(Array.from({ length: 256 }, (_, i) => i)),
+      ...[1, 2, 3, 3071, 3072, 3073, 6145].map((n) => Buffer.from(Array.from({ length: n }, (_, i) => (i * 37 + n) & 0xff))),
+    ];
+    for (const payload of payloads) {
+      const seen = backend.seen.length;
+      const res = await request(envoy.edgePort, 'POST', '/v1/orders', { ...client(), ...J }, order(payload));
+      assert.equal(res.status, 201, res.body);
+      assert.equal(backend.seen.length, seen + 1);
+      const got = backend.seen.at(-1)!;
+      assert.deepEqual(got.body, payload, `${payload.length} bytes`);
+      assert.equal(got.headers['content-length'], String(payload.length));
+    }
   });
 
   test('authz too slow or down → 503 service_unavailable JSON, never an allow', async () => {
@@ -515,12 +545,12 @@ describe('live Envoy 1.40 with the rendered config', { skip: envoyAvailable ? fa
       const res = await request(envoy.edgePort, 'GET', '/v1/markets', client());
       isContractJson(res, 503, 'service_unavailable');
       assert.equal(JSON.parse(res.body).message, ERROR_MESSAGE.service_unavailable);
-    } finally { decide = () => ALLOW; }
+    } finally { decide = orderOrAllow; }
   });
 
   test('body over ORDER_MAX_BYTES → 413 payload_too_large JSON, authz not called', async () => {
     const before = inputs.length;
-    const res = await request(envoy.edgePort, 'POST', '/v1/orders', { ...client(), ...J }, 'x'.repeat(2000));
+    const res = await request(envoy.edgePort, 'POST', '/v1/orders', { ...client(), ...J }, 'x'.repeat(20_000));
     isContractJson(res, 413, 'payload_too_large');
     assert.equal(inputs.length, before);
   });
@@ -546,6 +576,10 @@ describe('live Envoy 1.40 with the rendered config', { skip: envoyAvailable ? fa
     assert.equal(got.url, '/orders');
     assert.deepEqual(got.body, payload);
     assert.equal(got.headers['content-type'], 'application/octet-stream');
+    assert.equal(got.headers['content-length'], '5');
+    assert.equal(got.headers['x-edge-market-id'], 'm1');
+    assert.equal(got.headers['x-edge-size'], '1');
+    assert.match(String(got.headers['x-edge-deadline']), /^[0-9]+$/);
     assert.equal(got.clientCertCn, 'edge-client');
     assert.notEqual(got.headers['x-request-id'], 'client-chosen', 'external clients cannot choose the dedup id');
     assert.equal(res.headers['x-request-id'], got.headers['x-request-id'], 'the client learns the id');

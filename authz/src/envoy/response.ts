@@ -22,7 +22,17 @@ export function toCheckResponse(d: Decision): Record<string, unknown> {
     append_action: 'OVERWRITE_IF_EXISTS_OR_ADD',
   }));
   if (d.allow) {
-    return { status: { code: GRPC_CODE.OK }, ok_response: headers.length > 0 ? { headers } : {} };
+    const res: Record<string, unknown> = { status: { code: GRPC_CODE.OK }, ok_response: headers.length > 0 ? { headers } : {} };
+    if (d.metadata !== undefined) {
+      // google.protobuf.Value comes from protobufjs's bundled well-known types, whose field
+      // names are camelCase even with keepCase: `string_value` would be dropped silently, and
+      // Envoy 1.40 aborts (wrappers.cc "panic: not implemented") when the Lua filter reads a
+      // Value with no kind set. Checked on the wire by authz/test/order-allow.test.ts.
+      const fields: Record<string, { stringValue: string }> = {};
+      for (const [k, v] of Object.entries(d.metadata)) fields[k] = { stringValue: v };
+      res['dynamic_metadata'] = { fields };
+    }
+    return res;
   }
   return {
     status: { code: grpcCodeFor(d), message: d.reason },

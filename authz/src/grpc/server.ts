@@ -1,5 +1,5 @@
 /**
- * The gRPC server on AUTHZ_GRPC_PORT: ext_authz Check, ext_proc Process, grpc.health.v1
+ * The gRPC server on AUTHZ_GRPC_PORT: ext_authz Check, grpc.health.v1
  * and server reflection (so `grpcurl -plaintext host:port list|describe` works).
  *
  * Check is registered with its own (de)serializers: requests are decoded lean straight
@@ -16,7 +16,6 @@ import { protoPath as healthProtoPath } from 'grpc-health-check';
 import { deny, type Decision } from '../decision.ts';
 import { decodeCheckRequest, type AuthzInput } from '../envoy/request.ts';
 import { encodeDecision, type Serialize } from '../envoy/response.ts';
-import { createProcessHandler } from './ext-proc.ts';
 
 /** Any unexpected failure inside Check: deny 503, never an allow. */
 export const INTERNAL_DENY = deny('service_unavailable', 'internal error; the request was not accepted');
@@ -27,7 +26,6 @@ export interface GrpcDeps {
   /** Observes each decision (metrics, logs). Must not throw. */
   readonly observe: (input: AuthzInput, d: Decision, startNs: bigint) => void;
   readonly onError: (where: string, err: unknown) => void;
-  readonly orderPayloadMaxBytes: number;
 }
 
 export interface AuthzGrpcServer {
@@ -82,25 +80,22 @@ export function createGrpcServer(deps: GrpcDeps): AuthzGrpcServer {
     'grpc.max_receive_message_length': 16 * 1024 * 1024,
     'grpc.keepalive_permit_without_calls': 1,
   });
-  // Envoy resets (RST_STREAM) every ext_proc stream once an order's body is processed. Node's
+  // Envoy resets (RST_STREAM) a Check stream whenever it gives up on it (client gone, deadline
+  // passed); when orders still went through ext_proc it reset every order's stream. Node's
   // HTTP/2 rapid-reset protection (CVE-2023-44487; default burst 1000, 33/s) then closes the
-  // whole connection, failing every Check multiplexed on it (measured: ~1 % of orders 503 at
-  // 2,500 orders/s). Only Envoy connects to this port, so the limit is raised well above any
-  // order rate. grpc-js has no option for it; its http2 server options object is extended
-  // before bind (covered by the e2e order load test).
+  // whole connection, failing every Check multiplexed on it (measured then: ~1 % of orders 503
+  // at 2,500 orders/s). A burst of client disconnects can do the same, and only Envoy connects
+  // to this port, so the limit is raised well above any request rate. grpc-js has no option
+  // for it; its http2 server options object is extended before bind.
   const h2opts = (server as unknown as { commonServerOptions?: Record<string, unknown> }).commonServerOptions;
   if (h2opts !== undefined) {
     h2opts['streamResetBurst'] = 1_000_000;
     h2opts['streamResetRate'] = 1_000_000;
   }
   server.addService(leanService, { Check: check });
-  server.addService(pd[SERVICE_NAMES.externalProcessor] as grpc.ServiceDefinition, {
-    Process: createProcessHandler(deps.orderPayloadMaxBytes, (err) => deps.onError('ext_proc', err)),
-  });
   const health = new HealthImplementation({
     '': 'NOT_SERVING',
     [SERVICE_NAMES.authorization]: 'NOT_SERVING',
-    [SERVICE_NAMES.externalProcessor]: 'NOT_SERVING',
   });
   health.addToServer(server);
   // Descriptors per original .proto file with qualified names (see proto/reflection.ts).
@@ -111,7 +106,7 @@ export function createGrpcServer(deps: GrpcDeps): AuthzGrpcServer {
     health,
     setServing(serving) {
       const s = serving ? 'SERVING' : 'NOT_SERVING';
-      for (const name of ['', SERVICE_NAMES.authorization, SERVICE_NAMES.externalProcessor]) health.setStatus(name, s);
+      for (const name of ['', SERVICE_NAMES.authorization]) health.setStatus(name, s);
     },
     listen(host, port) {
       return new Promise((resolve, reject) => {

@@ -1,8 +1,10 @@
 /**
  * Order policy (CONTRACT §5): envelope fields → market → deadline → size.
- * The payload is validated as strict base64 without decoding it (ext_proc decodes it later).
+ * The payload is validated as strict base64 without decoding it: an allowed order hands the
+ * payload to Envoy as dynamic metadata, and the order-body Lua filter (envoy/order-body.lua)
+ * decodes it into the request body after this Check.
  */
-import { deny, ALLOW, type Decision } from '../decision.ts';
+import { deny, type Decision, type Header } from '../decision.ts';
 import { CONDITION_ID } from '../feed/envelope.ts';
 import { compareDecimal } from '../feed/schema.ts';
 import type { Clock, MarketLookup, MarketMeta } from '../ports.ts';
@@ -77,6 +79,24 @@ export function parseOrder(body: Buffer | undefined, payloadMax: number): OrderE
   return { marketId, deadline, size, payload };
 }
 
+/** The dynamic-metadata key (namespace `envoy.filters.http.ext_authz`) the Lua filter decodes. */
+export const ORDER_PAYLOAD_METADATA_KEY = 'order_payload';
+
+/**
+ * The allow for one order: the CONTRACT §5 headers for the backend (set by Envoy on the
+ * upstream request, overwriting any client value) and the payload for the Lua filter. Every
+ * value was checked by parseOrder/checkOrder, so no client CR/LF/NUL reaches a header.
+ */
+export function orderAllow(o: OrderEnvelope): Decision {
+  const headers: Header[] = [
+    ['content-type', 'application/octet-stream'],
+    ['x-edge-market-id', o.marketId],
+    ['x-edge-deadline', String(o.deadline)],
+    ['x-edge-size', o.size],
+  ];
+  return { allow: true, code: 'ok', httpStatus: 200, reason: 'allowed', headers, body: '', metadata: { [ORDER_PAYLOAD_METADATA_KEY]: o.payload } };
+}
+
 /** Checks the envelope against the market record and the clock. */
 export function checkOrder(o: OrderEnvelope, m: MarketMeta | undefined, deps: OrderDeps, nowSecs: number): Decision {
   if (m === undefined) return UNKNOWN;
@@ -87,7 +107,7 @@ export function checkOrder(o: OrderEnvelope, m: MarketMeta | undefined, deps: Or
   if (m.minSize !== undefined && compareDecimal(o.size, m.minSize) < 0) return SIZE_MIN;
   if (m.maxSize !== undefined && compareDecimal(o.size, m.maxSize) > 0) return SIZE_MAX;
   if (deps.orderMaxSize !== undefined && compareDecimal(o.size, deps.orderMaxSize) > 0) return SIZE_CAP;
-  return ALLOW;
+  return orderAllow(o);
 }
 
 /** The whole order policy; synchronous when the market is in the cache. */
