@@ -92,3 +92,15 @@ test('policy – a signed ingest printed by edge-client check-request is allowed
   assert.deepEqual(await grpcurl(stdout), { status: 200 });
   assert.deepEqual(await grpcurl(stdout), { status: 401, error: 'ingest_replay' });
 });
+
+test('policy – an allowed order shows, in grpcurl, the payload metadata and the CONTRACT §5 headers Envoy will use', async () => {
+  const request = fillPolicy(readFileSync(join(DIR, 'order-good.json'), 'utf8'), { keys: () => ({ hmacKey: f.hmacKey, feedKey: feedPrivateKey(f.feedSeedHex) }) });
+  const sent = JSON.parse((JSON.parse(request) as { attributes: { request: { http: { body: string } } } }).attributes.request.http.body) as
+    { marketId: string; size: string; deadline: number; payload: string };
+  const { stdout } = await run(GRPCURL, ['-plaintext', '-d', request, `127.0.0.1:${f.port}`, 'envoy.service.auth.v3.Authorization/Check']);
+  const res = JSON.parse(stdout) as { ok_response?: { headers?: { header: { key: string; value: string } }[] }; dynamic_metadata?: Record<string, unknown> };
+  assert.deepEqual(res.dynamic_metadata, { order_payload: sent.payload });
+  assert.deepEqual(Object.fromEntries((res.ok_response?.headers ?? []).map((h) => [h.header.key, h.header.value])), {
+    'content-type': 'application/octet-stream', 'x-edge-market-id': sent.marketId, 'x-edge-deadline': String(sent.deadline), 'x-edge-size': sent.size,
+  });
+});
