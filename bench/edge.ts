@@ -16,8 +16,10 @@
  * runs on every request but never throttles the single client address.
  *
  * Env: BENCH_ROUNDS (4), BENCH_SECONDS (3), BENCH_NO_DOCS=1 to leave docs/benchmarks.md alone;
- * for investigation only (implies BENCH_NO_DOCS): BENCH_ONLY_EPS (markets,orders) and
- * BENCH_ONLY_MODES (sat,fixed) run a subset.
+ * for investigation only (a subset implies BENCH_NO_DOCS): BENCH_ONLY_EPS (markets,orders) and
+ * BENCH_ONLY_MODES (sat,fixed) run a subset; BENCH_KEEP=1 keeps the work directory (Envoy
+ * configs, process logs, every h2load per-request log); BENCH_AUTHZ_NODE_OPTIONS is the
+ * NODE_OPTIONS of the TS process only (e.g. a GC flag to compare).
  */
 import { createHash, createHmac, generateKeyPairSync, randomBytes, sign } from 'node:crypto';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
@@ -141,7 +143,10 @@ try {
     EDGE_CLIENT_CERT_FILE: pki.clientCertFile, EDGE_CLIENT_KEY_FILE: pki.clientKeyFile,
   };
   const authz = spawnProgram(join(ROOT, 'scripts/node'), [join(ROOT, 'authz/src/main.ts')], {
-    env: { ...process.env, ...base, EDGE_INGEST_HMAC: `hex:${hmacKey.toString('hex')}`, EDGE_FEED_ED25519_PUBLIC_KEY: feedPub },
+    env: {
+      ...process.env, ...base, EDGE_INGEST_HMAC: `hex:${hmacKey.toString('hex')}`, EDGE_FEED_ED25519_PUBLIC_KEY: feedPub,
+      ...(process.env['BENCH_AUTHZ_NODE_OPTIONS'] === undefined ? {} : { NODE_OPTIONS: process.env['BENCH_AUTHZ_NODE_OPTIONS'] }),
+    },
     logFile: join(dir, 'authz.log'),
   });
   children.push(authz);
@@ -212,7 +217,7 @@ try {
       ...(ep === 'orders' ? { dataFile: orderFile } : {}),
       headers: ep === 'orders' ? { ...CLIENT_HEADERS, 'content-type': 'application/json' } : CLIENT_HEADERS,
       connections: mode === 'sat' ? SAT_CONNECTIONS : FIXED.connections, streamsPerConnection: 1, durationSeconds: SECONDS,
-      logFile: join(dir, 'h2load.log'),
+      logFile: join(dir, `h2load-${mode}-${s.name}-${ep}-${round}.log`),
       // Fixed rate: each connection paced at rpsPerClient, the connections opened 1 ms apart so their
       // timers interleave (a request every 1 ms, not bursts of `connections` every 10 ms).
       ...(mode === 'fixed' ? {

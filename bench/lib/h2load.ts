@@ -130,7 +130,7 @@ export function runH2load(bin: string, spec: H2loadSpec): Promise<H2loadResult> 
           const tab = line.lastIndexOf('\t');
           if (tab > 0) latencies.push(Number(line.slice(tab + 1)));
         }
-        rmSync(spec.logFile, { force: true });
+        if (process.env['BENCH_KEEP'] !== '1') rmSync(spec.logFile, { force: true });
         resolve({
           done: num(/requests: \d+ total, \d+ started, (\d+) done/, stdout),
           succeeded: num(/(\d+) succeeded/, stdout),
