@@ -19,7 +19,9 @@
  * for investigation only (a subset implies BENCH_NO_DOCS): BENCH_ONLY_EPS (markets,orders) and
  * BENCH_ONLY_MODES (sat,fixed) run a subset; BENCH_KEEP=1 keeps the work directory (Envoy
  * configs, process logs, every h2load per-request log); BENCH_AUTHZ_NODE_OPTIONS is the
- * NODE_OPTIONS of the TS process only (e.g. a GC flag to compare).
+ * NODE_OPTIONS of the TS process only; BENCH_AUTHZ_B_NODE_ARGS (e.g. `--max-semi-space-size=1`)
+ * adds a stack (3b): the full edge against a second TS process started with those Node flags,
+ * interleaved with the others, for a side-by-side A/B.
  */
 import { createHash, createHmac, generateKeyPairSync, randomBytes, sign } from 'node:crypto';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
@@ -107,7 +109,7 @@ let readBytes = 0;
 const epName = (ep: Ep): string => (ep === 'markets' ? `\`GET ${MARKETS_PATH}\` (one market, ${readBytes} bytes)` : '`POST /v1/orders` (256-byte payload, mTLS backend)');
 
 interface Stack {
-  readonly name: '1' | '2' | '3' | '3*';
+  readonly name: '1' | '2' | '3' | '3*' | '3b';
   readonly label: string;
   readonly port: number;
   readonly envoy: Child;
@@ -151,18 +153,34 @@ try {
   });
   children.push(authz);
   await waitHttp(`http://127.0.0.1:${marketPort}/`);
+  // Investigation only: a second TS process with other Node flags, as its own stack (3b).
+  const bArgs = process.env['BENCH_AUTHZ_B_NODE_ARGS']?.split(' ').filter(Boolean);
+  const portsB = { grpc: await freePort(), market: await freePort(), admin: await freePort() };
+  const authzB = bArgs === undefined ? undefined : spawnProgram(join(ROOT, 'scripts/node'), [...bArgs, join(ROOT, 'authz/src/main.ts')], {
+    env: {
+      ...process.env, ...base, EDGE_INGEST_HMAC: `hex:${hmacKey.toString('hex')}`, EDGE_FEED_ED25519_PUBLIC_KEY: feedPub,
+      AUTHZ_GRPC_PORT: String(portsB.grpc), MARKET_PORT: String(portsB.market), AUTHZ_ADMIN_PORT: String(portsB.admin),
+    },
+    logFile: join(dir, 'authz-b.log'),
+  });
+  if (authzB !== undefined) {
+    children.push(authzB);
+    await waitHttp(`http://127.0.0.1:${portsB.market}/`);
+  }
 
   // The four Envoys (--concurrency 1 each: one worker, as the machine has 2 vCPUs for everything).
   const stacks: Stack[] = [];
   const sdsPath = join(dir, 'sds.yaml');
-  for (const [name, label, authzPortFor, variant] of [
-    ['1', '(1) bare Envoy', grpcPort, 'bare'],
-    ['2', '(2) filters + allow-all authz (floor)', floor.port, 'minimal'],
-    ['3', '(3) full edge', grpcPort, 'minimal'],
-    ['3*', '(3*) full edge, `allowedHeaders: all`', grpcPort, 'all'],
-  ] as const) {
+  const variants: (readonly [Stack['name'], string, number, 'bare' | 'minimal' | 'all', number])[] = [
+    ['1', '(1) bare Envoy', grpcPort, 'bare', marketPort],
+    ['2', '(2) filters + allow-all authz (floor)', floor.port, 'minimal', marketPort],
+    ['3', '(3) full edge', grpcPort, 'minimal', marketPort],
+    ['3*', '(3*) full edge, `allowedHeaders: all`', grpcPort, 'all', marketPort],
+  ];
+  if (authzB !== undefined) variants.push(['3b', `(3b) full edge, TS process with \`${bArgs?.join(' ')}\``, portsB.grpc, 'minimal', portsB.market]);
+  for (const [name, label, authzPortFor, variant, marketPortFor] of variants) {
     const [edgePort, envoyAdmin] = [await freePort(), await freePort()];
-    const config = loadConfig({ ...base, EDGE_PORT: String(edgePort), ENVOY_ADMIN_PORT: String(envoyAdmin), AUTHZ_GRPC_PORT: String(authzPortFor) });
+    const config = loadConfig({ ...base, EDGE_PORT: String(edgePort), ENVOY_ADMIN_PORT: String(envoyAdmin), AUTHZ_GRPC_PORT: String(authzPortFor), MARKET_PORT: String(marketPortFor) });
     // The access log is formatted and written as in production, to /dev/null instead of stdout.
     const rendered = renderEnvoy(config, { sdsPath, allowedHeaders: variant === 'all' ? 'all' : 'minimal', accessLogPath: '/dev/null' });
     const bootstrap = variant === 'bare' ? YAML.stringify(bare(YAML.parse(rendered.bootstrap))) : rendered.bootstrap;
@@ -171,7 +189,7 @@ try {
     if (rendered.sds !== undefined) writeFileSync(sdsPath, rendered.sds);
     const envoy = spawnProgram(envoyBinary(), ['-c', file, '--disable-hot-restart', '--concurrency', '1', '-l', 'error'], { logFile: join(dir, `envoy-${name}.log`) });
     children.push(envoy);
-    stacks.push({ name, label, port: edgePort, envoy, adminPort: envoyAdmin, authzPid: variant === 'bare' ? undefined : name === '2' ? floor.pid : authz.pid });
+    stacks.push({ name, label, port: edgePort, envoy, adminPort: envoyAdmin, authzPid: variant === 'bare' ? undefined : name === '2' ? floor.pid : name === '3b' ? authzB?.pid : authz.pid });
   }
   for (const s of stacks) await waitHttp(`http://127.0.0.1:${s.port}/healthz`);
 
@@ -209,7 +227,7 @@ try {
   const k = (s: Stack | string, ep: Ep): string => `${typeof s === 'string' ? s : s.name}|${ep}`;
 
   async function run(s: Stack, ep: Ep, mode: 'sat' | 'fixed', round: number): Promise<void> {
-    const pids = [s.envoy.pid, authz.pid, backend.pid, floor.pid, redisProc];
+    const pids = [s.envoy.pid, authz.pid, backend.pid, floor.pid, redisProc, ...(authzB === undefined ? [] : [authzB.pid])];
     const close = startCpuWindow(pids);
     const r = await runH2load(h2load as string, {
       url: `http://127.0.0.1:${s.port}${ep === 'markets' ? MARKETS_PATH : '/v1/orders'}`,
