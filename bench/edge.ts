@@ -2,13 +2,13 @@
  * `npm run bench:edge`: the data plane, side by side in one run, against the same upstreams:
  *   (1) bare Envoy: renderEnvoy's production bootstrap with every HTTP filter but the router
  *       and every per-route filter config removed (`bare()` below): same listener, routes,
- *       clusters, upstream mTLS and access log, no rate limit, no ext_authz, no ext_proc;
- *   (2) the production bootstrap (rate limit, client-address header, ext_authz, ext_proc on
- *       orders) with the `authz` cluster pointed at a trivial allow-all ext_authz + minimal
- *       ext_proc (bench/edge-floor-server.ts): the transport floor;
+ *       clusters, upstream mTLS and access log, no rate limit, no ext_authz, no order-body filter;
+ *   (2) the production bootstrap (rate limit, client-address header, ext_authz, the order-body
+ *       Lua filter on orders) with the `authz` cluster pointed at a trivial allow-all ext_authz
+ *       that hands an order's payload over as metadata (bench/edge-floor-server.ts): the floor;
  *   (3) the full edge: the production bootstrap against the real TS service (authz/src/main.ts
  *       on Redis), `allowedHeaders: 'minimal'` (the default);
- *   (3*) as (3) with `allowedHeaders: 'all'` (every request header sent to authz and ext_proc).
+ *   (3*) as (3) with `allowedHeaders: 'all'` (every request header sent to authz).
  * Shared upstreams: the market service of the TS process (MARKET_PORT of authz/src/main.ts,
  * which is also (3)'s authz) and the demo mTLS order backend (bench/edge-backend.ts, its own
  * process). Load: h2load --h1 from 127.0.0.1, which GEO_TRUSTED_CIDRS (default 127.0.0.0/8)
@@ -114,7 +114,7 @@ interface Stack {
   readonly port: number;
   readonly envoy: Child;
   readonly adminPort: number;
-  /** The ext_authz/ext_proc process, or undefined for (1). */
+  /** The ext_authz process, or undefined for (1). */
   readonly authzPid: number | undefined;
 }
 interface Sample {
@@ -208,7 +208,7 @@ try {
   writeFileSync(orderFile, orderJson);
 
   // Preflight through every stack: the read returns the market; the backend receives the decoded
-  // 256 payload bytes when ext_proc runs, (1) forwards the JSON untouched.
+  // 256 payload bytes when the order-body filter runs, (1) forwards the JSON untouched.
   const payloadSha = createHash('sha256').update(payload).digest('hex');
   for (const s of stacks) {
     const r = await fetch(`http://127.0.0.1:${s.port}${MARKETS_PATH}`, { headers: CLIENT_HEADERS });
@@ -250,7 +250,7 @@ try {
     const sample: Sample = {
       round, rps: r.reqPerSec, ok: r.succeeded, done: r.done, p50: percentile(lat, 50), p99: percentile(lat, 99),
       envoyUs: per(s.envoy.pid),
-      // (3): the TS process does ext_authz/ext_proc *and* serves the market upstream: one figure.
+      // (3): the TS process does ext_authz *and* serves the market upstream: one figure.
       authzUs: ts3 ? per(authz.pid) : s.authzPid === undefined ? 0 : per(s.authzPid),
       marketUs: ts3 ? 0 : per(authz.pid),
       backendUs: per(backend.pid),
@@ -272,7 +272,7 @@ try {
   }
 
   // Anything but a 2xx, by Envoy's own counters (non-zero error counters only), for the log.
-  const errorStats = /(downstream_rq_[45]xx|upstream_rq_[45]\d\d|upstream_cx_destroy_remote_with_active_rq|upstream_rq_pending_overflow|ext_authz\.(error|denied|failure_mode_allowed)|ext_proc\.(failed|message_timeouts|spurious)|rate_limited)/;
+  const errorStats = /(downstream_rq_[45]xx|upstream_rq_[45]\d\d|upstream_cx_destroy_remote_with_active_rq|upstream_rq_pending_overflow|ext_authz\.(error|denied|failure_mode_allowed)|lua\.errors|rate_limited)/;
   const errors: string[] = [];
   for (const s of stacks) {
     const text = await (await fetch(`http://127.0.0.1:${s.adminPort}/stats`)).text();
@@ -382,11 +382,11 @@ Cost with \`all\` minus cost with \`minimal\`, (3*) − (3) in the same round; p
 ${markdownTable(['Request', 'Load', 'TS process µs/req', 'Envoy µs/req', 'all servers µs/req', 'throughput / p99 with minimal'], headerRows, ['l', 'l', 'r', 'r', 'r', 'r'])}
 
 With \`minimal\`, authz receives \`x-edge-client-ip\`, \`x-request-id\` (and \`content-type\` on orders) instead of every
-header of the request (the browser-like ones, h2load's, Envoy's own \`x-forwarded-*\`); ext_proc receives three.
+header of the request (the browser-like ones, h2load's, Envoy's own \`x-forwarded-*\`).
 
 - Stack (1) is renderEnvoy's production bootstrap parsed back and stripped to the router filter
   (bench/edge.ts \`bare()\`), so listener, routes, clusters, upstream TLS and the access log are identical;
-  it forwards the order JSON as is (no ext_proc), the others send the decoded 256 bytes (the preflight checks
+  it forwards the order JSON as is (no order-body filter), the others send the decoded 256 bytes (the preflight checks
   both by the backend's SHA-256).
 - Fixed rate: h2load \`--rps ${FIXED.rpsPerClient}\` on each of ${FIXED.connections} connections, opened 1 ms apart (\`-r 1 --rate-period 1ms\`)
   so a request starts every millisecond. Without the stagger all connections' timers fire together and
@@ -398,30 +398,29 @@ header of the request (the browser-like ones, h2load's, Envoy's own \`x-forwarde
 
 ### Findings (measured separately on 2026-11-22, not re-measured by the script)
 
-- **The p99 added at 1,000 req/s comes from the ext_authz hop, not from the TS service**: the allow-all floor (2)
-  adds as much over (1) as the full edge (3). Every request through (2)/(3) wakes two more processes
-  (Envoy's gRPC call to authz and its answer) on a VM whose 2 vCPUs also run the load generator, Envoy, the
-  market service, Redis and the backend, and the tail is made of those wake-ups waiting for a CPU: in 5-s
-  runs at 1,000 req/s, requests slower than 3 ms fell into 49–50 of the 50 100-ms windows for (2) and (3) but
-  into 26 for (1); at 250 req/s the gap was still 3–4 ms (p99 (1) 3.1–3.8 ms, (2) 6.3–7.3 ms); keeping
-  both vCPUs out of idle with a \`SCHED_IDLE\` spinner did not help. p50 moves far less: +0.5–0.7 ms on reads,
-  +1.1–1.3 ms on orders (ext_proc is a second round trip to authz).
-  The 2 ms target needs to be checked on dedicated cores; on this machine it is missed by the floor as well.
-- **Re-measured in session 2 (same day, a busier machine): the floor cannot even hold 1,000 orders/s.** Two
-  rounds per variant (\`BENCH_ROUNDS=2 BENCH_NO_DOCS=1\`), p99 ms at 1,000 req/s (1) / (2) / (3): reads
-  4.6–5.0 / 20–28 / 12–22, orders 3.5–11 / 24–34 / 28–30. At the fixed rate an order now cost 1,400–1,800 µs of
-  CPU in all servers for (2) and (3) (1,010–1,060 µs in session 1), so 1,000 orders/s needs most of the 2 vCPUs:
-  (2) reached 754–991 req/s and (3) 837–975, i.e. the p99 there is saturation queueing, floor included. Running
-  the load generator at \`nice 19\` or \`SCHED_IDLE\` (so the servers win every wake-up) did not change the
-  picture (reads (2) 8.6–26 ms, (3) 10–30 ms; (1) 4.4–30 ms). Reads already take the minimum the design
-  allows (one ext_authz round trip; (3) ≈ (2)), so the ≤ 2 ms target cannot be shown on this VM by any change
-  to the decision logic; it needs dedicated cores for the servers and the load generator.
-- **Orders: one JavaScript Error per order in the TS process.** Envoy ends every ext_proc stream with
-  RST_STREAM although the processor ends its side first (authz/src/grpc/ext-proc.ts:120); Node reports
-  each as \`ERR_HTTP2_STREAM_ERROR\` (NGHTTP2_INTERNAL_ERROR) and, in its stream teardown, formats the error's
-  stack trace. Counted: 19,616 such errors for ~20,000 orders; in a \`--cpu-prof\` profile of (3) under order
-  load, \`NodeError\` + \`prepareStackTrace\` are 8 % of the TS process's CPU (~18 µs per order). Envoy 1.40's
-  runtime guard \`envoy.reloadable_features.ext_proc_graceful_grpc_close: true\` did not remove them (tested).
+- **Orders now take one round trip to the TS process, not two (session 3).** The payload is decoded by a Lua
+  filter inside Envoy from what the ext_authz Check hands over (docs/envoy.md §6) instead of by ext_proc, a
+  second gRPC stream per order. Same session, same machine, \`BENCH_ROUNDS=2 BENCH_ONLY_MODES=fixed\`, before → after,
+  orders at 1,000 req/s: p99 (3) 9.5–10.2 → 3.9–4.9 ms, (2) 10.8–13.4 → 5.2 ms, (1) unchanged 1.3–1.7 ms;
+  CPU in all servers per order (3) 1,103–1,127 → 783–807 µs. It also ends the one-JavaScript-Error-per-order
+  cost of Envoy resetting every finished ext_proc stream (8 % of the TS process's CPU in session 1's profile).
+- **What is left of the added p99 is stalls, not per-request cost.** In h2load's per-request logs
+  (\`BENCH_KEEP=1\`) the requests slower than 3 ms come in clusters: in a 3-s run at 1,000 req/s they fell into
+  15–28 ten-millisecond windows for (2)/(3) (up to 24 requests in one window) against 7–9 for (1), i.e. one
+  process stopped for 5–35 ms and everything queued behind it. The TS process (observed with a
+  \`PerformanceObserver\` for \`gc\` and \`monitorEventLoopDelay\`) runs one young-generation GC about every second
+  at 1,000 reads/s, each 6.5–12 ms of wall time, and its event loop's worst delay per second matches it; the
+  allow-all floor process shows the same (14–18 ms). On 2 shared vCPUs a parallel scavenge also waits for CPU.
+- **A smaller young generation does not help here.** With \`--max-semi-space-size=1\` the scavenges drop to
+  ~0.4 ms but run 60+ times a second. Side by side in one run (stack (3b), \`BENCH_AUTHZ_B_NODE_ARGS\`, 4
+  interleaved rounds), p99 at 1,000 req/s, (3) default vs (3b): reads 4.7–9.4 vs 3.8–10.2 ms, orders 4.9–8.5 vs
+  6.1–10.3 ms, with (1) at 1.7–5.2 (reads) and 1.2–1.9 (orders) in the same rounds. Not adopted. The 2 ms target
+  needs to be checked on dedicated cores: on this VM the allow-all floor (2) misses it as well, and (3) is within
+  the floor's range.
+- **Earlier measurements (sessions 1–2), for the record.** With ext_proc on orders, p99 at 1,000 req/s ranged
+  (1) / (2) / (3): reads 2.3–5.0 / 5.8–28 / 8.5–22 ms, orders 1.6–11 / 10.8–34 / 9.7–30 ms, the high ends on a
+  busier machine where the floor could not hold 1,000 orders/s (754–991 req/s at 1,400–1,800 µs per order).
+  Running the load generator at \`nice 19\` or \`SCHED_IDLE\` changed nothing.
 - **Reads: the Redis round trip is about a fifth of the TS process's CPU per read** (ioredis auto-pipelining,
   RESP decoding, the Lua page script call from \`RedisMarketStore.page\`, authz/src/marketdata/redis-store.ts:147)
   plus ~19 µs of Redis CPU, for a page that changes only on ingest; see the market section for an in-process
