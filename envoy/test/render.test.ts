@@ -7,6 +7,8 @@
  */
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
+import http from 'node:http';
+import http2 from 'node:http2';
 import { existsSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
@@ -566,10 +568,11 @@ describe('live Envoy 1.40 with the rendered config', { skip: envoyAvailable ? fa
     isContractJson(await request(envoy.edgePort, 'GET', '/v1%2Fmarkets', client()), 400, 'bad_request');
   });
 
-  test('an accepted order reaches the backend once, as the decoded bytes at /orders, over mTLS', async () => {
+  test('an accepted order reaches the backend once, as the decoded bytes at /orders with authz\'s x-edge-* headers (client values overwritten), over mTLS', async () => {
     const payload = Buffer.from([0x00, 0xff, 0x7b, 0x22, 0x80]);
     const seen = backend.seen.length;
-    const res = await request(envoy.edgePort, 'POST', '/v1/orders', { ...client(), ...J, 'x-request-id': 'client-chosen' }, order(payload));
+    const res = await request(envoy.edgePort, 'POST', '/v1/orders',
+      { ...client(), ...J, 'x-request-id': 'client-chosen', 'x-edge-size': '999999', 'x-edge-market-id': 'spoofed' }, order(payload));
     assert.equal(res.status, 201, res.body);
     assert.equal(backend.seen.length, seen + 1);
     const got = backend.seen.at(-1)!;
@@ -583,6 +586,45 @@ describe('live Envoy 1.40 with the rendered config', { skip: envoyAvailable ? fa
     assert.equal(got.clientCertCn, 'edge-client');
     assert.notEqual(got.headers['x-request-id'], 'client-chosen', 'external clients cannot choose the dedup id');
     assert.equal(res.headers['x-request-id'], got.headers['x-request-id'], 'the client learns the id');
+  });
+
+  test('order-body filter: a chunked HTTP/1.1 order and an HTTP/2 order both reach the backend byte-exact with content-length', async () => {
+    const payload = Buffer.from([0x00, 0x0d, 0x0a, 0x30, 0x0d, 0x0a, 0xff]); // NUL, CRLF, "0", CRLF: chunk-framing look-alikes
+    const body = Buffer.from(order(payload));
+    // HTTP/1.1, Transfer-Encoding: chunked, the envelope split across three chunks.
+    const seen = backend.seen.length;
+    const chunked = await new Promise<number>((resolve, reject) => {
+      const r = http.request({ host: '127.0.0.1', port: envoy.edgePort, method: 'POST', path: '/v1/orders', agent: false, headers: { ...client(), ...J } }, (res) => {
+        res.resume();
+        res.on('end', () => resolve(res.statusCode ?? 0));
+      });
+      r.on('error', reject);
+      r.write(body.subarray(0, 5));
+      r.write(body.subarray(5, 40));
+      r.end(body.subarray(40));
+    });
+    assert.equal(chunked, 201);
+    assert.equal(backend.seen.length, seen + 1);
+    assert.deepEqual(backend.seen.at(-1)!.body, payload);
+    assert.equal(backend.seen.at(-1)!.headers['content-length'], String(payload.length));
+    assert.equal(backend.seen.at(-1)!.headers['transfer-encoding'], undefined);
+    // HTTP/2 (h2c prior knowledge).
+    const session = http2.connect(`http://127.0.0.1:${envoy.edgePort}`);
+    try {
+      const status = await new Promise<number>((resolve, reject) => {
+        const st = session.request({ ':method': 'POST', ':path': '/v1/orders', ...client(), ...J });
+        let code = 0;
+        st.on('response', (h) => { code = Number(h[':status']); });
+        st.on('error', reject);
+        st.resume();
+        st.on('end', () => resolve(code));
+        st.end(body);
+      });
+      assert.equal(status, 201);
+    } finally { session.close(); }
+    assert.equal(backend.seen.length, seen + 2);
+    assert.deepEqual(backend.seen.at(-1)!.body, payload);
+    assert.equal(backend.seen.at(-1)!.headers['content-length'], String(payload.length));
   });
 
   test('backend slower than ORDER_BACKEND_TIMEOUT_MS → 504 backend_timeout (outcome unknown), sent once', async () => {
