@@ -411,12 +411,19 @@ header of the request (the browser-like ones, h2load's, Envoy's own \`x-forwarde
   \`PerformanceObserver\` for \`gc\` and \`monitorEventLoopDelay\`) runs one young-generation GC about every second
   at 1,000 reads/s, each 6.5–12 ms of wall time, and its event loop's worst delay per second matches it; the
   allow-all floor process shows the same (14–18 ms). On 2 shared vCPUs a parallel scavenge also waits for CPU.
-- **A smaller young generation does not help here.** With \`--max-semi-space-size=1\` the scavenges drop to
-  ~0.4 ms but run 60+ times a second. Side by side in one run (stack (3b), \`BENCH_AUTHZ_B_NODE_ARGS\`, 4
-  interleaved rounds), p99 at 1,000 req/s, (3) default vs (3b): reads 4.7–9.4 vs 3.8–10.2 ms, orders 4.9–8.5 vs
-  6.1–10.3 ms, with (1) at 1.7–5.2 (reads) and 1.2–1.9 (orders) in the same rounds. Not adopted. The 2 ms target
-  needs to be checked on dedicated cores: on this VM the allow-all floor (2) misses it as well, and (3) is within
-  the floor's range.
+- **Young-generation GC in the TS process, in detail** (\`--trace-gc-nvp\` on a (3b) copy of the process at 1,000
+  reads/s): the new space grows to 64 MB; 45–56 MB are allocated between scavenges, ~26 % survive and 8–10 MB
+  are promoted per scavenge; the main thread spends 6–12 ms in the parallel phase while the helper threads
+  report 11–37 ms (they wait for a CPU). The market service lives in the same process, so these stalls hit
+  reads through the bare Envoy (1) as well: in one run 29 of (1)'s 40 reads slower than 3 ms overlapped a TS
+  GC, against 28 of 74 for (3) (the rest of (3)'s tail overlaps no TS stall over 4 ms).
+- **No Node GC flag helps here; none was adopted.** Side by side in one run (stack (3b),
+  \`BENCH_AUTHZ_B_NODE_ARGS\`, 4 interleaved rounds each), p99 ms at 1,000 req/s, (3) default vs (3b):
+  \`--max-semi-space-size=1\` (scavenges of ~0.4 ms, 60+ a second): reads 4.7–9.4 vs 3.8–10.2, orders 4.9–8.5 vs
+  6.1–10.3; \`--max-semi-space-size=64\`: reads 4.7–11.9 vs 5.8–9.8, orders 4.9–9.2 vs 5.2–7.8;
+  \`--single-threaded-gc\`: reads 4.8–5.7 vs 6.9–11.7 (worse), orders 3.8–10.5 vs 5.6–8.8. In the same rounds (1)
+  was 1.4–5.2 (reads) and 1.1–1.9 (orders). The 2 ms target needs to be checked on dedicated cores: on this VM
+  the allow-all floor (2) misses it as well, and (3) is within the floor's range.
 - **Earlier measurements (sessions 1–2), for the record.** With ext_proc on orders, p99 at 1,000 req/s ranged
   (1) / (2) / (3): reads 2.3–5.0 / 5.8–28 / 8.5–22 ms, orders 1.6–11 / 10.8–34 / 9.7–30 ms, the high ends on a
   busier machine where the floor could not hold 1,000 orders/s (754–991 req/s at 1,400–1,800 µs per order).
