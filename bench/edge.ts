@@ -399,7 +399,7 @@ header of the request (the browser-like ones, h2load's, Envoy's own \`x-forwarde
 ### Findings (measured separately on 2026-11-22, not re-measured by the script)
 
 - **Orders now take one round trip to the TS process, not two (session 3).** The payload is decoded by a Lua
-  filter inside Envoy from what the ext_authz Check hands over (docs/envoy.md §6) instead of by ext_proc, a
+  filter inside Envoy from what the ext_authz Check hands over (docs/envoy.md §5) instead of by ext_proc, a
   second gRPC stream per order. Same session, same machine, \`BENCH_ROUNDS=2 BENCH_ONLY_MODES=fixed\`, before → after,
   orders at 1,000 req/s: p99 (3) 9.5–10.2 → 3.9–4.9 ms, (2) 10.8–13.4 → 5.2 ms, (1) unchanged 1.3–1.7 ms;
   CPU in all servers per order (3) 1,103–1,127 → 783–807 µs. It also ends the one-JavaScript-Error-per-order

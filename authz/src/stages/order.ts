@@ -1,7 +1,7 @@
 /**
  * Order policy (CONTRACT §5): envelope fields → market → deadline → size.
  * The payload is validated as strict base64 without decoding it: an allowed order hands the
- * payload to Envoy as dynamic metadata, and the order-body Lua filter (envoy/order-body.lua)
+ * payload to Envoy as dynamic metadata, and the order-body Lua filter (envoy/order-body-lua.ts)
  * decodes it into the request body after this Check.
  */
 import { deny, type Decision, type Header } from '../decision.ts';
