@@ -86,6 +86,7 @@ export function createAuthzCore(deps: AuthzCoreDeps): AuthzCore {
       }
     },
     onError: (where, err) => logger.error({ where, err: String(err) }, 'unexpected error: failed closed'),
+    maxBodyBytes: Math.max(config.orderMaxBytes, config.ingestMaxBytes),
   });
 
   return {

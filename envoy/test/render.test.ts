@@ -18,6 +18,7 @@ import { ALLOW, deny, geoDenial, type Decision } from '../../authz/src/decision.
 import { ERROR_MESSAGE, ERROR_STATUS } from '../../authz/src/errors.ts';
 import type { AuthzInput } from '../../authz/src/envoy/request.ts';
 import { orderAllow, parseOrder } from '../../authz/src/stages/order.ts';
+import { ORDER_UPSTREAM_HEADERS } from '../order-body-lua.ts';
 import { createGrpcServer, type AuthzGrpcServer } from '../../authz/src/grpc/server.ts';
 import { envoyBinary, REPO_ROOT, validateBootstrap } from '../envoy-bin.ts';
 import { main as renderCli, BOOTSTRAP_FILE, SDS_FILE } from '../render-cli.ts';
@@ -213,7 +214,7 @@ for (const [name, variant] of Object.entries(VARIANTS)) {
       assert.equal(lua['disabled'], true);
       const source = String(at(lua, `typed_config.source_codes.${ORDER_BODY_LUA}.inline_string`));
       assert.ok(source.includes(ORDER_BODY_FAILURE), 'the fail-closed reply is the CONTRACT JSON');
-      assert.match(source, /pcall\(payload, handle\)/, 'a Lua error answers 503 instead of continuing');
+      assert.match(source, /pcall\(process, handle\)/, 'a Lua error answers 503 instead of continuing');
       const withLua = routesOf(r.bootstrap).filter((x) => findKeys(x, FILTER.lua).length > 0).map((x) => x['name']);
       assert.deepEqual(withLua, r.config.orderBackend === undefined ? [] : [ROUTE.orders]);
     });
@@ -586,6 +587,22 @@ describe('live Envoy 1.40 with the rendered config', { skip: envoyAvailable ? fa
     assert.equal(got.clientCertCn, 'edge-client');
     assert.notEqual(got.headers['x-request-id'], 'client-chosen', 'external clients cannot choose the dedup id');
     assert.equal(res.headers['x-request-id'], got.headers['x-request-id'], 'the client learns the id');
+  });
+
+  test('order-body filter: only allow-listed headers reach the backend, and no query string', async () => {
+    const seen = backend.seen.length;
+    const res = await request(envoy.edgePort, 'POST', '/v1/orders?admin=1&x=2', {
+      ...client(), ...J, cookie: 'session=secret', authorization: 'Bearer client-token', 'content-encoding': 'gzip',
+      'x-edge-verified': 'yes', 'x-edge-nonce': 'n', 'x-custom': 'c', 'user-agent': 'test-agent',
+    }, order(Buffer.from('q')));
+    assert.equal(res.status, 201, res.body);
+    assert.equal(backend.seen.length, seen + 1);
+    const got = backend.seen.at(-1)!;
+    assert.equal(got.url, '/orders');
+    const allowed = new Set<string>([...ORDER_UPSTREAM_HEADERS, 'host', 'connection', 'transfer-encoding']);
+    assert.deepEqual(Object.keys(got.headers).filter((h) => !allowed.has(h)), []);
+    assert.equal(got.headers['user-agent'], 'test-agent');
+    assert.deepEqual(got.body, Buffer.from('q'));
   });
 
   test('order-body filter: a chunked HTTP/1.1 order and an HTTP/2 order both reach the backend byte-exact with content-length', async () => {

@@ -26,6 +26,12 @@ export interface GrpcDeps {
   /** Observes each decision (metrics, logs). Must not throw. */
   readonly observe: (input: AuthzInput, d: Decision, startNs: bigint) => void;
   readonly onError: (where: string, err: unknown) => void;
+  /**
+   * Largest request body Envoy may send in a Check (the larger of ORDER_MAX_BYTES and
+   * INGEST_MAX_BYTES); the receive limit is this plus room for headers and framing, so a body
+   * Envoy accepted is never refused here (which would turn a 413-sized request into a 503).
+   */
+  readonly maxBodyBytes?: number;
 }
 
 export interface AuthzGrpcServer {
@@ -77,7 +83,7 @@ export function createGrpcServer(deps: GrpcDeps): AuthzGrpcServer {
   };
 
   const server = new grpc.Server({
-    'grpc.max_receive_message_length': 16 * 1024 * 1024,
+    'grpc.max_receive_message_length': Math.max(16 * 1_048_576, (deps.maxBodyBytes ?? 0) + 1_048_576),
     'grpc.keepalive_permit_without_calls': 1,
   });
   // Envoy resets (RST_STREAM) a Check stream whenever it gives up on it (client gone, deadline
