@@ -15,10 +15,14 @@
  * O(log N + limit). (The scripts touch keys they compute, so they need a non-cluster Redis or
  * Sentinel; see docs/market-data.md.)
  *
- * Cache: `get()` answers from memory while an entry is younger than MARKET_CACHE_TTL_MS;
- * an invalidation message drops it at once, and a reconnect of the subscriber drops everything.
- * So two replicas disagree for at most the pub/sub delay, and never longer than the TTL even
- * if a message is lost.
+ * Cache: `get()` (order checks) and `page()` (reads) answer from memory while an entry is
+ * younger than MARKET_CACHE_TTL_MS. An invalidation message drops the market's entry and every
+ * cached page at once (any write may change any page), a local write does the same before it
+ * is acknowledged, and a reconnect of the subscriber drops everything. A read that was in
+ * flight when an invalidation arrived is answered but not cached (a generation counter), so
+ * the cache never holds data older than the last invalidation it saw. Two replicas disagree
+ * for at most the pub/sub delay, and never longer than the TTL even if a message is lost.
+ * Nothing is cached while the subscriber is not subscribed.
  */
 import { randomUUID } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -116,6 +120,18 @@ interface CacheEntry {
   readonly expires: number;
 }
 
+interface PageEntry {
+  readonly page: Page;
+  readonly expires: number;
+  readonly bytes: number;
+}
+
+/**
+ * Bound on the bytes held by cached pages (a 100-market page is ~137 KB): past it, the page
+ * cache starts over. Cursor walks over many markets create many distinct pages.
+ */
+export const PAGE_CACHE_MAX_BYTES = 32 * 1_048_576;
+
 export interface RedisStoreOptions {
   readonly cacheTtlMs: number;
   readonly now?: () => number;
@@ -126,6 +142,10 @@ export class RedisMarketStore implements MarketStore {
   readonly #redis: Redis;
   readonly #sub: Redis;
   readonly #cache = new Map<string, CacheEntry>();
+  readonly #pages = new Map<string, PageEntry>();
+  #pageBytes = 0;
+  /** Bumped by every invalidation; a read started before one is not cached after it. */
+  #generation = 0;
   readonly #inflight = new Map<string, Promise<MarketMeta | undefined>>();
   readonly #opts: RedisStoreOptions;
   readonly #now: () => number;
@@ -149,10 +169,10 @@ export class RedisMarketStore implements MarketStore {
     // drops again before SUBSCRIBE is answered, that rejection would end the process. So
     // subscribing is done here, on every 'ready', with the rejection handled.
     this.#sub = redis.duplicate({ enableOfflineQueue: true, maxRetriesPerRequest: null, commandTimeout: undefined, autoResubscribe: false });
-    this.#sub.on('message', (_channel: string, id: string) => this.#cache.delete(id));
+    this.#sub.on('message', (_channel: string, id: string) => this.#invalidate(id));
     this.#sub.on('ready', () => {
       // Messages may have been missed while disconnected: forget everything.
-      this.#cache.clear();
+      this.#invalidate(undefined);
       this.#sub.subscribe(INVALIDATION_CHANNEL).then(
         () => { this.#subscribed = true; },
         (err: unknown) => opts.onError?.('subscribe', err),
@@ -160,9 +180,20 @@ export class RedisMarketStore implements MarketStore {
     });
     this.#sub.on('close', () => {
       this.#subscribed = false;
-      this.#cache.clear();
+      this.#invalidate(undefined);
     });
     this.#sub.on('error', (err: unknown) => opts.onError?.('subscribe', err));
+  }
+
+  /** Drops `id`'s cached meta (every entry when undefined) and every cached page. */
+  #invalidate(id: string | undefined): void {
+    this.#generation++;
+    if (id === undefined) this.#cache.clear();
+    else this.#cache.delete(id);
+    if (this.#pages.size > 0) {
+      this.#pages.clear();
+      this.#pageBytes = 0;
+    }
   }
 
   /** Synchronous on a fresh cache hit; a Promise (one Redis round trip, shared by concurrent callers) on a miss. */
@@ -172,11 +203,12 @@ export class RedisMarketStore implements MarketStore {
     if (hit !== undefined && hit.expires > now && this.#subscribed) return hit.meta;
     let p = this.#inflight.get(conditionId);
     if (p === undefined) {
+      const generation = this.#generation;
       p = this.#fetch([conditionId]).then(
         ([m]) => {
           this.#inflight.delete(conditionId);
           const meta = m === undefined ? undefined : metaOfItem(m.item);
-          if (this.#subscribed) this.#cache.set(conditionId, { meta, expires: this.#now() + this.#opts.cacheTtlMs });
+          if (this.#subscribed && generation === this.#generation) this.#cache.set(conditionId, { meta, expires: this.#now() + this.#opts.cacheTtlMs });
           return meta;
         },
         (err: unknown) => {
@@ -214,7 +246,7 @@ export class RedisMarketStore implements MarketStore {
       this.#opts.onError?.('put (resolving)', err);
       r = await this.#resolve(key, seq, wid, deadline);
     } finally {
-      this.#cache.delete(doc.conditionId);
+      this.#invalidate(doc.conditionId);
     }
     if (r === 1) return 'stored';
     if (r === 0) return 'stale';
@@ -236,7 +268,32 @@ export class RedisMarketStore implements MarketStore {
     }
   }
 
+  /** A page, from the page cache while it is fresh (see the header), else from Redis. */
   async page(q: PageQuery): Promise<Page> {
+    const key = JSON.stringify([q.active, q.limit, q.after, q.ids]);
+    const now = this.#now();
+    if (this.#subscribed) {
+      const hit = this.#pages.get(key);
+      if (hit !== undefined && hit.expires > now) return hit.page;
+    }
+    const generation = this.#generation;
+    const page = await this.#pageFromRedis(q);
+    if (this.#subscribed && generation === this.#generation && this.#opts.cacheTtlMs > 0) {
+      let bytes = key.length;
+      for (const m of page.markets) bytes += m.item.length + m.quotes.length;
+      const old = this.#pages.get(key);
+      if (old !== undefined) this.#pageBytes -= old.bytes;
+      if (this.#pageBytes + bytes > PAGE_CACHE_MAX_BYTES) {
+        this.#pages.clear();
+        this.#pageBytes = 0;
+      }
+      this.#pages.set(key, { page, expires: this.#now() + this.#opts.cacheTtlMs, bytes });
+      this.#pageBytes += bytes;
+    }
+    return page;
+  }
+
+  async #pageFromRedis(q: PageQuery): Promise<Page> {
     if (q.ids !== undefined) {
       const { want, more } = pageOfIds(q.ids, q);
       let found = (await this.#fetch(want)).filter((m): m is PageItem => m !== undefined);

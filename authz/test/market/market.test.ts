@@ -11,7 +11,7 @@ import type { Redis } from 'ioredis';
 import { createRedis } from '../../src/adapters/redis.ts';
 import { createLogger } from '../../src/log.ts';
 import { createMarketService, type MarketService } from '../../src/marketdata/http.ts';
-import { RedisMarketStore } from '../../src/marketdata/redis-store.ts';
+import { INVALIDATION_CHANNEL, MARKET_KEY_PREFIX, RedisMarketStore } from '../../src/marketdata/redis-store.ts';
 import { MemoryMarketStore, type MarketStore } from '../../src/marketdata/store.ts';
 import { validateDocument, type MarketDocument } from '../../src/feed/schema.ts';
 import { PrivateRedis } from '../redis-server.ts';
@@ -104,6 +104,8 @@ describe('market service on Redis', () => {
 
   test('cross-replica invalidation: a write through A is seen by B\'s cached order lookup at once (pub/sub)', async () => {
     await a.store.put(doc('0xinv', 1), env(marketDoc('0xinv', 1)));
+    // A read in flight when an invalidation arrives is not cached: let a's message reach b first.
+    await sleep(20);
     const first = await b.store.get('0xinv');
     assert.equal(first?.closed, false);
     assert.equal((b.store.get('0xinv') as { closed: boolean }).closed, false, 'second read is a synchronous cache hit');
@@ -116,6 +118,47 @@ describe('market service on Redis', () => {
       await sleep(10);
     }
     assert.equal(seen, true);
+  });
+
+  test('page cache: a repeated read comes from memory; an invalidation (pub/sub from any replica, or a local write) drops it at once', async () => {
+    const q = { limit: 10, ids: ['0xpc'] };
+    await a.store.put(doc('0xpc', 1), env(marketDoc('0xpc', 1)));
+    await sleep(20); // a's invalidation reaches b
+    const first = await b.store.page(q);
+    assert.equal(first.markets.length, 1);
+    // Change the record behind the stores' backs (no invalidation): b keeps serving its page.
+    await a.redis.hset(`${MARKET_KEY_PREFIX}0xpc`, 'item', '{"changed":1}');
+    assert.equal((await b.store.page(q)).markets[0]?.item, first.markets[0]?.item, 'served from memory');
+    assert.equal((await b.store.page({ ...q, limit: 11 })).markets[0]?.item, '{"changed":1}', 'another query is its own entry');
+    // An invalidation for any market drops every cached page.
+    await a.redis.publish(INVALIDATION_CHANNEL, '0xsomething-else');
+    let seen: string | undefined;
+    for (let i = 0; i < 50 && seen !== '{"changed":1}'; i++) {
+      seen = (await b.store.page(q)).markets[0]?.item;
+      if (seen !== '{"changed":1}') await sleep(10);
+    }
+    assert.equal(seen, '{"changed":1}');
+    // A write through b itself: b's next read sees it, with no wait.
+    await b.store.page(q);
+    await b.store.put(doc('0xpc', 2), env(marketDoc('0xpc', 2)));
+    assert.match((await b.store.page(q)).markets[0]?.item ?? '', /"seq":2/);
+  });
+
+  test('page cache: a lost invalidation is bounded by MARKET_CACHE_TTL_MS', async () => {
+    const c = await startService(redisProc.url, 150);
+    try {
+      await sleep(50);
+      const q = { limit: 10, ids: ['0xpc-ttl'] };
+      await a.store.put(doc('0xpc-ttl', 1), env(marketDoc('0xpc-ttl', 1)));
+      await sleep(20); // a's invalidation reaches c before c reads
+      await c.store.page(q);
+      await a.redis.hset(`${MARKET_KEY_PREFIX}0xpc-ttl`, 'item', '{"late":1}');
+      assert.notEqual((await c.store.page(q)).markets[0]?.item, '{"late":1}');
+      await sleep(200);
+      assert.equal((await c.store.page(q)).markets[0]?.item, '{"late":1}');
+    } finally {
+      await stopService(c);
+    }
   });
 
   test('pagination across 10,000 markets visits each exactly once with inserts happening meanwhile', async () => {
