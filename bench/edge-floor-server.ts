@@ -6,6 +6,8 @@
  */
 import * as grpc from '@grpc/grpc-js';
 import { loadPackageDefinition, SERVICE_NAMES } from '../proto/index.ts';
+import { ALLOW } from '../authz/src/decision.ts';
+import { toCheckResponse } from '../authz/src/envoy/response.ts';
 import { ORDER_PAYLOAD_METADATA_KEY } from '../authz/src/stages/order.ts';
 import { serveParent } from './lib/serve-parent.ts';
 
@@ -24,7 +26,8 @@ server.addService(pd[SERVICE_NAMES.authorization] as grpc.ServiceDefinition, {
       return;
     }
     const { payload } = JSON.parse(String(http.raw_body)) as { payload: string };
-    cb(null, { ...OK, dynamic_metadata: { fields: { [ORDER_PAYLOAD_METADATA_KEY]: { stringValue: payload } } } });
+    // The service's own CheckResponse mapping, so the metadata is encoded exactly as in production.
+    cb(null, toCheckResponse({ ...ALLOW, metadata: { [ORDER_PAYLOAD_METADATA_KEY]: payload } }));
   },
 });
 const port = await new Promise<number>((resolve, reject) => {

@@ -270,6 +270,7 @@ export class RedisMarketStore implements MarketStore {
 
   /** A page, from the page cache while it is fresh (see the header), else from Redis. */
   async page(q: PageQuery): Promise<Page> {
+    if (this.#opts.cacheTtlMs === 0) return this.#pageFromRedis(q);
     const key = JSON.stringify([q.active, q.limit, q.after, q.ids]);
     const now = this.#now();
     if (this.#subscribed) {
@@ -278,7 +279,7 @@ export class RedisMarketStore implements MarketStore {
     }
     const generation = this.#generation;
     const page = await this.#pageFromRedis(q);
-    if (this.#subscribed && generation === this.#generation && this.#opts.cacheTtlMs > 0) {
+    if (this.#subscribed && generation === this.#generation) {
       let bytes = key.length;
       for (const m of page.markets) bytes += m.item.length + m.quotes.length;
       const old = this.#pages.get(key);
@@ -287,7 +288,8 @@ export class RedisMarketStore implements MarketStore {
         this.#pages.clear();
         this.#pageBytes = 0;
       }
-      this.#pages.set(key, { page, expires: this.#now() + this.#opts.cacheTtlMs, bytes });
+      // Aged from before the fetch: never kept longer than the TTL.
+      this.#pages.set(key, { page, expires: now + this.#opts.cacheTtlMs, bytes });
       this.#pageBytes += bytes;
     }
     return page;
