@@ -438,7 +438,7 @@ header of the request (the browser-like ones, h2load's, Envoy's own \`x-forwarde
   RESP decoding, the Lua page script call from \`RedisMarketStore.page\`, authz/src/marketdata/redis-store.ts:147)
   plus ~19 µs of Redis CPU, for a page that changes only on ingest; see the market section for an in-process
   page cache (36 µs per 137 KB page in a prototype). Garbage collection is 11 % (reads) and 15 % (orders). Why its scavenges are long (closed HTTP/2 streams and
-  grpc-js's call objects outlive them): "Garbage per request" below, `npm run bench:gc`.
+  grpc-js's call objects outlive them): "Garbage per request" below, \`npm run bench:gc\`.
 - **\`allowedHeaders: 'minimal'\` buys ~15–20 µs of CPU per request**, below the noise of the table above: a
   dedicated A/B of (3) against (3*) only (10 paired rounds of 3 s at saturation, same headers) gave, as medians
   of \`all\` − \`minimal\`, reads: TS +10 µs, Envoy +8 µs, throughput with \`minimal\` +6 %; orders: TS +7 µs,
