@@ -11,10 +11,12 @@ import * as http from 'node:http';
 import * as http2 from 'node:http2';
 import { ALLOW } from '../authz/src/decision.ts';
 import { createGrpcServer } from '../authz/src/grpc/server.ts';
+import { frameGrpc } from './lib/grpc-wire.ts';
 import { serveParent } from './lib/serve-parent.ts';
 
 const mode = process.env['MODE'] ?? '';
-const GRPC_OK = Buffer.from([0, 0, 0, 0, 2, 0x0a, 0x00]);
+/** A framed CheckResponse with an OK status (field 1, empty google.rpc.Status). */
+const GRPC_OK = frameGrpc(Buffer.from([0x0a, 0x00]));
 const JSON_BODY = Buffer.from('{"data":[{"conditionId":"0xbench","question":"bench?","active":true}],"next_cursor":"LTE="}');
 
 function listen(server: http.Server | http2.Http2Server): Promise<number> {

@@ -17,9 +17,9 @@ import { mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import type { MethodDefinition, ServiceDefinition } from '@grpc/proto-loader';
-import { loadPackageDefinition, SERVICE_NAMES } from '../proto/index.ts';
+import { CHECK_PATH, geoGetRequest } from './lib/authz-scenarios.ts';
 import { forkNode, type NodeChild } from './lib/child.ts';
+import { frameGrpc } from './lib/grpc-wire.ts';
 import { ensureH2load, runH2load } from './lib/h2load.ts';
 import { envInt, machineLine } from './lib/market-env.ts';
 import { writeSection } from './lib/markdown-section.ts';
@@ -44,24 +44,8 @@ const MODES = [
 ] as const;
 type Mode = (typeof MODES)[number][0];
 
-// A CheckRequest shaped like Envoy's for a read (peer address, method, path, the minimal headers).
-const pd = loadPackageDefinition();
-const checkDef = (pd[SERVICE_NAMES.authorization] as ServiceDefinition)['Check'] as MethodDefinition<object, object>;
-const check = checkDef.requestSerialize({
-  attributes: {
-    source: { address: { socket_address: { address: '198.51.100.7', port_value: 40312 } } },
-    destination: { address: { socket_address: { address: '127.0.0.1', port_value: 8080 } } },
-    request: {
-      http: {
-        id: '7290521930121836523', method: 'GET', path: '/v1/markets', host: 'edge.example', scheme: 'http', protocol: 'HTTP/1.1',
-        headers: { ':method': 'GET', ':path': '/v1/markets', ':authority': 'edge.example', 'x-edge-client-ip': '198.51.100.7', 'x-request-id': '0f6c1e0a-8d1b-4c55-9a55-2b8f3c1d6e77' },
-      },
-    },
-  },
-});
-const framed = Buffer.alloc(5 + check.length);
-framed.writeUInt32BE(check.length, 1);
-check.copy(framed, 5);
+// The authz bench's geo-only read Check, as Envoy sends it (bench/lib/authz-scenarios.ts).
+const framed = frameGrpc(geoGetRequest());
 const checkFile = join(dir, 'check.bin');
 writeFileSync(checkFile, framed);
 
@@ -96,7 +80,7 @@ try {
     if (s === undefined) throw new Error(mode);
     const grpc = mode !== 'http1';
     return runH2load(h2load, {
-      url: grpc ? `http://127.0.0.1:${s.child.port}/envoy.service.auth.v3.Authorization/Check` : `http://127.0.0.1:${s.child.port}/v1/markets`,
+      url: grpc ? `http://127.0.0.1:${s.child.port}${CHECK_PATH}` : `http://127.0.0.1:${s.child.port}/v1/markets`,
       h1: !grpc,
       ...(grpc ? { dataFile: checkFile } : {}),
       headers: grpc ? { 'content-type': 'application/grpc', te: 'trailers' } : {},
