@@ -174,7 +174,11 @@ export class RedisMarketStore implements MarketStore {
       // Messages may have been missed while disconnected: forget everything.
       this.#invalidate(undefined);
       this.#sub.subscribe(INVALIDATION_CHANNEL).then(
-        () => { this.#subscribed = true; },
+        () => {
+          // A read sent before the subscription took effect may have missed an invalidation.
+          this.#generation++;
+          this.#subscribed = true;
+        },
         (err: unknown) => opts.onError?.('subscribe', err),
       );
     });
@@ -188,8 +192,14 @@ export class RedisMarketStore implements MarketStore {
   /** Drops `id`'s cached meta (every entry when undefined) and every cached page. */
   #invalidate(id: string | undefined): void {
     this.#generation++;
-    if (id === undefined) this.#cache.clear();
-    else this.#cache.delete(id);
+    // A lookup already in flight may have read the old value: later callers must not join it.
+    if (id === undefined) {
+      this.#cache.clear();
+      this.#inflight.clear();
+    } else {
+      this.#cache.delete(id);
+      this.#inflight.delete(id);
+    }
     if (this.#pages.size > 0) {
       this.#pages.clear();
       this.#pageBytes = 0;
@@ -206,13 +216,13 @@ export class RedisMarketStore implements MarketStore {
       const generation = this.#generation;
       p = this.#fetch([conditionId]).then(
         ([m]) => {
-          this.#inflight.delete(conditionId);
+          if (this.#inflight.get(conditionId) === p) this.#inflight.delete(conditionId);
           const meta = m === undefined ? undefined : metaOfItem(m.item);
           if (this.#subscribed && generation === this.#generation) this.#cache.set(conditionId, { meta, expires: this.#now() + this.#opts.cacheTtlMs });
           return meta;
         },
         (err: unknown) => {
-          this.#inflight.delete(conditionId);
+          if (this.#inflight.get(conditionId) === p) this.#inflight.delete(conditionId);
           throw err;
         },
       );
