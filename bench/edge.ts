@@ -226,6 +226,9 @@ try {
   const fixed = new Map<string, Sample[]>();
   const k = (s: Stack | string, ep: Ep): string => `${typeof s === 'string' ? s : s.name}|${ep}`;
 
+  /** Whether the stack's authz process is a TS service that also serves its market upstream. */
+  const servesMarket = (s: Stack): boolean => s.authzPid !== undefined && s.authzPid !== floor.pid;
+
   async function run(s: Stack, ep: Ep, mode: 'sat' | 'fixed', round: number): Promise<void> {
     const pids = [s.envoy.pid, authz.pid, backend.pid, floor.pid, redisProc, ...(authzB === undefined ? [] : [authzB.pid])];
     const close = startCpuWindow(pids);
@@ -246,13 +249,12 @@ try {
     const cpu = close();
     const per = (pid: number): number => ((cpu.cpuSeconds.get(pid) ?? 0) * 1e6) / Math.max(1, r.done);
     const lat = sortedCopy(r.latenciesUs);
-    const ts3 = s.authzPid === authz.pid;
     const sample: Sample = {
       round, rps: r.reqPerSec, ok: r.succeeded, done: r.done, p50: percentile(lat, 50), p99: percentile(lat, 99),
       envoyUs: per(s.envoy.pid),
-      // (3): the TS process does ext_authz *and* serves the market upstream: one figure.
-      authzUs: ts3 ? per(authz.pid) : s.authzPid === undefined ? 0 : per(s.authzPid),
-      marketUs: ts3 ? 0 : per(authz.pid),
+      authzUs: s.authzPid === undefined ? 0 : per(s.authzPid),
+      // (3), (3*), (3b): one TS process does ext_authz *and* serves the market upstream: one figure.
+      marketUs: servesMarket(s) ? 0 : per(authz.pid),
       backendUs: per(backend.pid),
       redisUs: per(redisProc),
       totalUs: pids.reduce((a, p) => a + per(p), 0),
@@ -301,7 +303,7 @@ try {
       const key = k(s, ep);
       satRows.push([epName(ep), s.label, fmt(med(sat, key, (x) => x.rps)),
         fmt(med(sat, key, (x) => x.envoyUs)), s.authzPid === undefined ? '–' : fmt(med(sat, key, (x) => x.authzUs)),
-        s.authzPid === authz.pid ? 'in authz' : fmt(med(sat, key, (x) => x.marketUs)),
+        servesMarket(s) ? 'in authz' : fmt(med(sat, key, (x) => x.marketUs)),
         fmt(med(sat, key, (x) => x.backendUs)), fmt(med(sat, key, (x) => x.redisUs)), fmt(med(sat, key, (x) => x.totalUs)),
         count(sat.get(key) ?? [])]);
       fixedRows.push([epName(ep), s.label, fmt(med(fixed, key, (x) => x.rps)), fmt(med(fixed, key, (x) => x.p50) / 1000, 2), fmt(med(fixed, key, (x) => x.p99) / 1000, 2),

@@ -9,7 +9,7 @@
  * with the order rotated. From V8's own per-GC lines (only those logged during the run) it
  * reports bytes allocated and bytes surviving a scavenge per request, the scavenge pause time
  * per 1,000 requests and the longest pause; from /proc the CPU µs per request; from h2load the
- * p99 of the direct requests. Medians over rounds.
+ * p99 of the direct requests. Every run is reported (the runs do not all behave alike).
  *
  * Env: BENCH_ROUNDS, BENCH_SECONDS, BENCH_NO_DOCS=1 (leave docs/benchmarks.md alone).
  */
@@ -49,7 +49,7 @@ const framed = frameGrpc(geoGetRequest());
 const checkFile = join(dir, 'check.bin');
 writeFileSync(checkFile, framed);
 
-interface Gc { kind: string; pause: number; allocated: number; survived: number; promoted: number }
+interface Gc { kind: string; pause: number; allocated: number; survived: number }
 /** V8's `--trace-gc-nvp` lines (name=value pairs) after byte `from` of `file`. */
 function gcLines(file: string, from: number): Gc[] {
   const text = readFileSync(file).subarray(from).toString('utf8');
@@ -57,12 +57,12 @@ function gcLines(file: string, from: number): Gc[] {
   for (const line of text.split('\n')) {
     if (!line.includes(' gc=')) continue;
     const f = new Map(line.split(/\s+/).filter((t) => t.includes('=')).map((t) => t.split('=') as [string, string]));
-    out.push({ kind: f.get('gc') ?? '?', pause: Number(f.get('pause') ?? 0), allocated: Number(f.get('allocated') ?? 0), survived: Number(f.get('new_space_survived') ?? 0), promoted: Number(f.get('promoted') ?? 0) });
+    out.push({ kind: f.get('gc') ?? '?', pause: Number(f.get('pause') ?? 0), allocated: Number(f.get('allocated') ?? 0), survived: Number(f.get('new_space_survived') ?? 0) });
   }
   return out;
 }
 
-interface Sample { round: number; done: number; p99: number; cpuUs: number; allocKb: number; survKb: number; survPct: number; scavenges: number; pausePerK: number; maxPause: number; fullGcs: number; fullPausePerK: number; maxFullPause: number }
+interface Sample { round: number; p99: number; cpuUs: number; allocKb: number; survKb: number; survPct: number; scavenges: number; pausePerK: number; maxPause: number; fullGcs: number; fullPausePerK: number; maxFullPause: number }
 const samples = new Map<Mode, Sample[]>();
 const servers = new Map<Mode, { child: NodeChild; logFile: string }>();
 try {
@@ -111,7 +111,7 @@ try {
       const alloc = scav.reduce((a, g) => a + g.allocated, 0);
       const surv = scav.reduce((a, g) => a + g.survived, 0);
       const sample: Sample = {
-        round, done: r.done, p99: percentile(sortedCopy(r.latenciesUs), 99) / 1000,
+        round, p99: percentile(sortedCopy(r.latenciesUs), 99) / 1000,
         cpuUs: ((cpu.cpuSeconds.get(s.child.pid) ?? 0) * 1e6) / r.done,
         allocKb: alloc / r.done / 1024, survKb: surv / r.done / 1024, survPct: alloc === 0 ? 0 : (100 * surv) / alloc,
         scavenges: scav.length, pausePerK: (1000 * scav.reduce((a, g) => a + g.pause, 0)) / r.done,
