@@ -131,11 +131,32 @@ export function createMarketService(deps: MarketServiceDeps): MarketService {
     };
   }
 
-  /** Weak validator: the page's (id, seq) list identifies its content, since seq grows on every write. */
-  function etagOf(kind: string, page: Page, url: URL): string {
-    const h = createHash('sha1').update(kind).update(url.search);
+  /** A rendered answer: its body and weak validator. */
+  interface Rendered { readonly body: string; readonly etag: string }
+  /**
+   * Answers rendered once per Page object: a page-cache hit returns the same Page, so the
+   * body join and the ETag hash are not redone per request (at most one entry per kind).
+   */
+  const rendered = new WeakMap<Page, { m?: Rendered; q?: Rendered }>();
+
+  function render(kind: 'm' | 'q', page: Page): Rendered {
+    let slot = rendered.get(page);
+    if (slot === undefined) {
+      slot = {};
+      rendered.set(page, slot);
+    }
+    const hit = slot[kind];
+    if (hit !== undefined) return hit;
+    const next = JSON.stringify(page.next === undefined ? null : encodeCursor(page.next));
+    const body = kind === 'm'
+      ? `{"markets":[${page.markets.map((m) => m.item).join(',')}],"nextCursor":${next}}`
+      : `{"quotes":[${page.markets.map((m) => m.quotes).filter((x) => x !== '').join(',')}],"nextCursor":${next}}`;
+    // Weak validator: kind, cursor and the (id, seq) list identify the body, since seq grows on every write.
+    const h = createHash('sha1').update(kind).update(next);
     for (const m of page.markets) h.update(m.conditionId).update('\u0000').update(m.item.length.toString()).update(m.item.slice(-64));
-    return `W/"${h.digest('base64url')}"`;
+    const r = { body, etag: `W/"${h.digest('base64url')}"` };
+    slot[kind] = r;
+    return r;
   }
 
   function sendPage(req: IncomingMessage, res: ServerResponse, body: string, etag: string): void {
@@ -173,19 +194,14 @@ export function createMarketService(deps: MarketServiceDeps): MarketService {
       }
       case '/v1/markets': {
         const q = parseQuery(url, validateMarkets);
-        const page = await deps.store.page(q);
-        const next = page.next === undefined ? null : encodeCursor(page.next);
-        const body = `{"markets":[${page.markets.map((m) => m.item).join(',')}],"nextCursor":${JSON.stringify(next)}}`;
-        sendPage(req, res, body, etagOf('m', page, url));
+        const { body, etag } = render('m', await deps.store.page(q));
+        sendPage(req, res, body, etag);
         return path;
       }
       case '/v1/quotes': {
         const q = parseQuery(url, validateQuotes);
-        const page = await deps.store.page(q);
-        const next = page.next === undefined ? null : encodeCursor(page.next);
-        const rows = page.markets.map((m) => m.quotes).filter((s) => s !== '');
-        const body = `{"quotes":[${rows.join(',')}],"nextCursor":${JSON.stringify(next)}}`;
-        sendPage(req, res, body, etagOf('q', page, url));
+        const { body, etag } = render('q', await deps.store.page(q));
+        sendPage(req, res, body, etag);
         return path;
       }
       default: {
