@@ -378,7 +378,9 @@ export function orderBodyFilter(): JsonObject {
     disabled: true,
     typed_config: {
       '@type': T.lua,
-      source_codes: { [ORDER_BODY_LUA]: { inline_string: orderBodyLua(ORDER_PAYLOAD_METADATA_KEY, ORDER_BODY_FAILURE) } },
+      source_codes: { [ORDER_BODY_LUA]: { inline_string: orderBodyLua(FILTER.extAuthz, ORDER_PAYLOAD_METADATA_KEY, ORDER_BODY_FAILURE) } },
+      // The script rewrites headers after ext_authz allowed the route; it must not be re-chosen.
+      clear_route_cache: false,
     },
   };
 }

@@ -209,12 +209,19 @@ for (const [name, variant] of Object.entries(VARIANTS)) {
       assert.deepEqual(findKeys(r.bootstrap, 'hedge_policy'), []);
     });
 
+    test('every header an allowed order sets for the backend is on the Lua allow-list (none is stripped)', () => {
+      const names = orderAllow({ marketId: '0xa', deadline: 1, size: '1', payload: 'AA==' }).headers.map(([name]) => name);
+      assert.ok(names.length > 0);
+      for (const name of names) assert.ok((ORDER_UPSTREAM_HEADERS as readonly string[]).includes(name), name);
+    });
+
     test('the order-body Lua filter is disabled in the chain and enabled on the orders route only', () => {
       const lua = httpFilters(r.bootstrap)[3]!;
       assert.equal(lua['disabled'], true);
       const source = String(at(lua, `typed_config.source_codes.${ORDER_BODY_LUA}.inline_string`));
       assert.ok(source.includes(ORDER_BODY_FAILURE), 'the fail-closed reply is the CONTRACT JSON');
       assert.match(source, /pcall\(process, handle\)/, 'a Lua error answers 503 instead of continuing');
+      assert.equal(at(lua, 'typed_config.clear_route_cache'), false, 'the header rewrite must not re-choose the allowed route');
       const withLua = routesOf(r.bootstrap).filter((x) => findKeys(x, FILTER.lua).length > 0).map((x) => x['name']);
       assert.deepEqual(withLua, r.config.orderBackend === undefined ? [] : [ROUTE.orders]);
     });

@@ -1,6 +1,7 @@
 /**
  * Decision → CheckResponse. Pure translation, plus a per-Decision cache of the encoded
- * bytes: decisions are shared constants, so each distinct response is serialized once.
+ * bytes: denials and plain allows are shared constants, so each is serialized once; an order's
+ * allow carries its own payload (`metadata`) and is serialized per request, never cached.
  */
 import type { Decision } from '../decision.ts';
 
@@ -44,8 +45,9 @@ export function toCheckResponse(d: Decision): Record<string, unknown> {
 
 export type Serialize = (value: object) => Buffer;
 
-/** Returns the encoded CheckResponse for `d`, serializing it only the first time. */
+/** Returns the encoded CheckResponse for `d`, serializing a shared decision only the first time. */
 export function encodeDecision(d: Decision, serialize: Serialize): Buffer {
+  if (d.metadata !== undefined) return serialize(toCheckResponse(d));
   let bytes = d.encoded;
   if (bytes === undefined) {
     bytes = serialize(toCheckResponse(d));
