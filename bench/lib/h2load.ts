@@ -95,6 +95,8 @@ export interface H2loadResult {
   readonly reqPerSec: number;
   /** Per-request latency in µs (from --log-file). */
   readonly latenciesUs: Float64Array;
+  /** Per-request start, µs since the epoch, in the order of `latenciesUs`. */
+  readonly startsUs: Float64Array;
 }
 
 function num(re: RegExp, text: string): number {
@@ -125,10 +127,14 @@ export function runH2load(bin: string, spec: H2loadSpec): Promise<H2loadResult> 
         return;
       }
       try {
+        // Each line: start (µs since the epoch), status, latency (µs).
         const latencies: number[] = [];
+        const starts: number[] = [];
         for (const line of readFileSync(spec.logFile, 'utf8').split('\n')) {
           const tab = line.lastIndexOf('\t');
-          if (tab > 0) latencies.push(Number(line.slice(tab + 1)));
+          if (tab <= 0) continue;
+          latencies.push(Number(line.slice(tab + 1)));
+          starts.push(Number(line.slice(0, line.indexOf('\t'))));
         }
         if (process.env['BENCH_KEEP'] !== '1') rmSync(spec.logFile, { force: true });
         resolve({
@@ -139,6 +145,7 @@ export function runH2load(bin: string, spec: H2loadSpec): Promise<H2loadResult> 
           elapsedSeconds: num(/finished in ([\d.]+)s/, stdout),
           reqPerSec: num(/finished in [\d.]+s, ([\d.]+) req\/s/, stdout),
           latenciesUs: Float64Array.from(latencies),
+          startsUs: Float64Array.from(starts),
         });
       } catch (e) {
         reject(e instanceof Error ? e : new Error(String(e)));
