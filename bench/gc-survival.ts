@@ -163,7 +163,22 @@ What this shows (investigation of 2026-11-22; the numbers in the text are this r
   against the edge benchmark in this session, and \`--max-semi-space-size\` (1, 2, 64) or \`--minor-ms\`, which were, did
   not move the edge's p99 measurably. Clearing the native stream handle's back-references to a closed JS stream
   (\`owner\`, Node's \`owner_symbol\`) moved the gRPC survival only from ~21 % to ~19 %, removing a closed stream's
-  listeners to ~17 % (one run); both touch Node internals that Node itself reads after close, so neither is used.`;
+  listeners to ~17 % (one run); both touch Node internals that Node itself reads after close, so neither is used.
+- **Follow-up (2026-11-22, Intel Xeon; a scratch harness of the same servers at 1,000 req/s, not kept in the repo).**
+  - *Steady state, not a chain.* The scavenges right after a forced full GC already keep the usual share (gRPC
+    19–22 %, bare h2 13–14 %). A chain of dead promoted objects keeping young ones alive ("nepotism") would be broken
+    by the full GC and build up again; this does not.
+  - *Alive only as far as scavenges are concerned.* A heap snapshot (which collects with full GCs first) taken under
+    load found, of ~500 sampled closed streams, only the one on the stack at that moment. So whatever keeps a closed
+    stream over a scavenge is something a scavenge treats as a root and a full GC does not. One such root in V8: weak
+    handles to API wrapper objects that JavaScript has modified are kept alive by a scavenge
+    (\`--reclaim-unmodified-wrappers\` only drops unmodified ones), and Node's native stream handle is such a wrapper.
+    This fits, but it is not proven: clearing the handle's reference to its stream left bare h2 at 12.5 % (12.7 % without).
+  - *The stream itself, not the body.* Bare h2 keeps 12.2 % even when it answers trailers-only from the \`stream\`
+    event, with no body read or written, so the writes are not the cause.
+  - *What this means for the edge.* The new table in "Edge data plane" matches each slow request with the GC pauses
+    of the Node processes on its path. Pauses explain about a third of what is over the p99 target's limit; the rest
+    is outside any pause, and the allow-all floor shows it as well.`;
   if (process.env['BENCH_NO_DOCS'] !== '1') {
     writeSection(fileURLToPath(new URL('../docs/benchmarks.md', import.meta.url)), '## Garbage per request: HTTP/2 streams and the young generation', body, '# Benchmarks');
   }
