@@ -23,8 +23,10 @@
  * configs, process logs, every h2load per-request log); BENCH_AUTHZ_NODE_OPTIONS is the
  * NODE_OPTIONS of the TS process only; BENCH_AUTHZ_B_NODE_ARGS (e.g. `--max-semi-space-size=1`)
  * adds a stack (3b): the full edge against a second TS process started with those Node flags,
- * interleaved with the others, for a side-by-side A/B.
+ * interleaved with the others, for a side-by-side A/B (BENCH_AUTHZ_B_NODE_ARGS='' with
+ * BENCH_AUTHZ_B_NODE_BIN=/path/to/node runs that stack on another Node binary instead).
  */
+import { execFileSync } from 'node:child_process';
 import { createHash, createHmac, generateKeyPairSync, randomBytes, sign } from 'node:crypto';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -58,6 +60,8 @@ const log = (m: string): void => void process.stderr.write(`[bench:edge ${((perf
 const h2load = ensureH2load(log);
 if (h2load === undefined) throw new Error('h2load (Debian nghttp2-client) is required');
 const children: Child[] = [];
+/** The version of BENCH_AUTHZ_B_NODE_BIN, for the (3b) label. */
+const bNodeVersion = (): string => execFileSync(process.env['BENCH_AUTHZ_B_NODE_BIN'] ?? 'node', ['--version'], { encoding: 'utf8' }).trim();
 let redis: PrivateRedis | undefined;
 
 /**
@@ -129,7 +133,9 @@ interface Sample {
   startsUs?: Float64Array; latenciesUs?: Float64Array;
 }
 /** Every GC pause of each Node server is logged (bench/lib/gc-pauses-preload.ts) to one of these. */
-const GC_FILES = { authz: join(dir, 'gc-authz.tsv'), floor: join(dir, 'gc-floor.tsv'), authzB: join(dir, 'gc-authz-b.tsv') } as const;
+const GC_FILES = {
+  authz: join(dir, 'gc-authz.tsv'), floor: join(dir, 'gc-floor.tsv'), authzB: join(dir, 'gc-authz-b.tsv'), backend: join(dir, 'gc-backend.tsv'),
+} as const;
 /** A request that began this soon after a GC pause ended counts as queued behind it. */
 const GC_DRAIN_US = 2000;
 
@@ -138,8 +144,8 @@ try {
   redis = await PrivateRedis.start();
   const redisProc = redisPid(redis.port);
   const backend = await forkNode(fileURLToPath(new URL('./edge-backend.ts', import.meta.url)), {
-    env: { ...process.env, PORT: String(await freePort()), CERT: pki.backendCertFile, KEY: pki.backendKeyFile, CLIENT_CA: pki.clientCaFile },
-    logFile: join(dir, 'backend.log'),
+    env: { ...process.env, PORT: String(await freePort()), CERT: pki.backendCertFile, KEY: pki.backendKeyFile, CLIENT_CA: pki.clientCaFile, BENCH_GC_PAUSES_FILE: GC_FILES.backend },
+    logFile: join(dir, 'backend.log'), execArgv: [GC_PAUSES_IMPORT],
   });
   children.push(backend);
   const floor = await forkNode(fileURLToPath(new URL('./edge-floor-server.ts', import.meta.url)), {
@@ -170,7 +176,7 @@ try {
   // Investigation only: a second TS process with other Node flags, as its own stack (3b).
   const bArgs = process.env['BENCH_AUTHZ_B_NODE_ARGS']?.split(' ').filter(Boolean);
   const portsB = { grpc: await freePort(), market: await freePort(), admin: await freePort() };
-  const authzB = bArgs === undefined ? undefined : spawnProgram(join(ROOT, 'scripts/node'), [...bArgs, GC_PAUSES_IMPORT, join(ROOT, 'authz/src/main.ts')], {
+  const authzB = bArgs === undefined ? undefined : spawnProgram(process.env['BENCH_AUTHZ_B_NODE_BIN'] ?? join(ROOT, 'scripts/node'), [...bArgs, GC_PAUSES_IMPORT, join(ROOT, 'authz/src/main.ts')], {
     env: {
       ...process.env, ...base, EDGE_INGEST_HMAC: `hex:${hmacKey.toString('hex')}`, EDGE_FEED_ED25519_PUBLIC_KEY: feedPub,
       AUTHZ_GRPC_PORT: String(portsB.grpc), MARKET_PORT: String(portsB.market), AUTHZ_ADMIN_PORT: String(portsB.admin),
@@ -192,7 +198,8 @@ try {
     ['3', '(3) full edge', grpcPort, 'minimal', marketPort],
     ['3*', '(3*) full edge, `allowedHeaders: all`', grpcPort, 'all', marketPort],
   ];
-  if (authzB !== undefined) variants.push(['3b', `(3b) full edge, TS process with \`${bArgs?.join(' ')}\``, portsB.grpc, 'minimal', portsB.market]);
+  const bLabel = [process.env['BENCH_AUTHZ_B_NODE_BIN'] === undefined ? '' : `Node ${bNodeVersion()}`, bArgs?.join(' ') ?? ''].filter(Boolean).join(', ');
+  if (authzB !== undefined) variants.push(['3b', `(3b) full edge, TS process with \`${bLabel}\``, portsB.grpc, 'minimal', portsB.market]);
   for (const [name, label, authzPortFor, variant, marketPortFor] of variants) {
     const [edgePort, envoyAdmin] = [await freePort(), await freePort()];
     const config = loadConfig({ ...base, EDGE_PORT: String(edgePort), ENVOY_ADMIN_PORT: String(envoyAdmin), AUTHZ_GRPC_PORT: String(authzPortFor), MARKET_PORT: String(marketPortFor) });
@@ -358,7 +365,8 @@ try {
   const tailRows: string[][] = [];
   for (const ep of EPS) {
     for (const s of stacks) {
-      const pauses = readGcPauses(...s.gcFiles);
+      // Orders also pass through the order backend (a Node process as well).
+      const pauses = readGcPauses(...s.gcFiles, ...(ep === 'orders' ? [GC_FILES.backend] : []));
       const runs = (fixed.get(k(s, ep)) ?? []).flatMap((x) => {
         const base = fixed.get(k('1', ep))?.find((y) => y.round === x.round);
         if (base === undefined || x.startsUs === undefined || x.latenciesUs === undefined) return [];
@@ -435,7 +443,8 @@ ${markdownTable(['Round', 'reads: req/s (3) / (2)', 'reads: p99 ms (1) / (2) / (
 Per fixed-rate run (${FIXED.connections * FIXED.rpsPerClient * SECONDS} requests), the requests slower than the target's limit, (1)'s p99 in the same
 round + 2 ms (the target holds when at most 1 % are), and how many of them overlapped a GC pause of a Node process
 the stack's requests pass through, or began within ${GC_DRAIN_US / 1000} ms after one ended (queued behind it): the TS process for
-(1) (its market upstream) and (3), the allow-all floor and the TS process's market service for (2). Every GC pause
+(1) (its market upstream) and (3), the allow-all floor and the TS process's market service for (2), and for orders
+also the order backend (bench/edge-backend.ts). Every GC pause
 is recorded inside each process by a preload (bench/lib/gc-pauses-preload.ts: a \`PerformanceObserver\` for
 \`gc\`, main-thread pause, µs since the epoch) and matched against h2load's per-request log. Medians over rounds,
 each column on its own.
@@ -490,6 +499,9 @@ header of the request (the browser-like ones, h2load's, Envoy's own \`x-forwarde
     process once more, on 2 shared vCPUs that also run h2load, four Envoys, Redis and the backend. For orders it is
     also what the full Check and the order-body filter add over the floor. The table counts only main-thread
     pauses, so CPU taken by V8's concurrent GC threads shows up as "outside".
+  - *Node version.* Most of the TS process's pause time comes from a Node regression between 24.14.1 and 24.15.0:
+    closed HTTP/2 streams outlive scavenges. On Node 24.14.1 side by side, the longest pause for reads was 2.7 ms
+    instead of 9.6 ms. Details are in "Garbage per request" below.
   - *A smaller young generation did not help.* With \`--max-semi-space-size=1\` side by side ((3b), 3 rounds),
     p99 was 3.7–11.4 ms for reads and 11.2–15.7 ms for orders, against 4.1–7.7 and 7.0–12.4 ms for (3).
 - **What is left of the added p99 is stalls, not per-request cost.** In h2load's per-request logs

