@@ -200,6 +200,27 @@ What this shows (investigation of 2026-11-22; the numbers in the text are this r
 
   - Both sides run V8 13.6.233.17; Node's own V8 patch level moves from \`-node.44\` to \`-node.48\`, and its JS
     builtins change too.
+  - **The cause is one line in Node's streams.** In 24.15.0, \`WritableState\` (internal/streams/writable.js) went
+    from \`this.onwrite = onwrite.bind(undefined, stream)\` to \`this.onwrite = (er) => onwrite(stream, er)\`.
+    - V8 then keeps what such an object reaches alive across scavenges, until a full GC. The object is the one
+      being constructed, it stores a closure, and the closure captures a reference back to it.
+    - A 10-line pure-JS constructor doing exactly that kept 34–56 % of its garbage past scavenges on both Node
+      versions, against 2.2 % with \`bind\`.
+    - Every HTTP/2 stream is a \`Duplex\` and so gets a \`WritableState\`. node:http answers with an
+      \`OutgoingMessage\`, which is not a \`Writable\`, and is unaffected.
+  - The whole regression reproduces without any network. Creating, writing, ending and destroying a
+    \`new Duplex({ read() {}, write(c, e, cb) { cb(); } })\` 60,000 times, 100 per \`setImmediate\`, kept:
+
+    | Node | survival |
+    | --- | --- |
+    | 24.14.1 | 0.0 % |
+    | 24.15.0 | 26.5 % |
+    | 24.19.0 | 29.1 % |
+
+    A \`Writable\` kept 0.0 % on 24.14.1 and 14.1 % on 24.15.0.
+  - No userland workaround was found. The closure is created inside Node's constructor, and clearing the property
+    afterwards does not help (pure-JS repro). \`--no-maglev\` lowered bare h2 to 3 % in one harness, but not in the
+    other, and not for the gRPC server.
   - Ruled out:
     - http2's per-session stream \`Map\` and pending \`Set\`: replaced by plain arrays, no change.
     - \`EventEmitter.prototype.emit\`: the 24.14 version patched back in, no change.
@@ -227,7 +248,8 @@ What this shows (investigation of 2026-11-22; the numbers in the text are this r
 - **Decision: stay on Node 24.19.0.**
   - It is the pinned Node, the newest 24 LTS patch release here. An older Node in a security-facing service costs
     more than these milliseconds.
-  - The regression should go upstream with the bare node:http2 + h2load reproduction above.
+  - The regression should go to nodejs/node with the \`Duplex\` reproduction above. This machine has no internet,
+    so it is not filed yet.
   - Re-check with \`BENCH_GC_ALT_NODE\` when Node 24 moves.${altLine}`;
   if (process.env['BENCH_NO_DOCS'] !== '1') {
     writeSection(fileURLToPath(new URL('../docs/benchmarks.md', import.meta.url)), '## Garbage per request: HTTP/2 streams and the young generation', body, '# Benchmarks');
