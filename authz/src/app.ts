@@ -7,7 +7,7 @@ import { GeoDatabase } from './adapters/geoip.ts';
 import { MemoryNonceStore, RedisNonceStore } from './adapters/nonce-store.ts';
 import { createRedis } from './adapters/redis.ts';
 import { createAuthzCore } from './authz.ts';
-import type { Config } from './config.ts';
+import { configWarnings, type Config } from './config.ts';
 import { loadCredentials } from './credentials.ts';
 import type { Logger } from './log.ts';
 import { createMarketParts, type MarketParts } from './market-wiring.ts';
@@ -26,7 +26,7 @@ export interface App {
 export async function createApp(config: Config, logger: Logger, hooks: { onSealed?: () => void } = {}): Promise<App> {
   const warnings: string[] = [];
   const credentials = loadCredentials(process.env, { warnings });
-  for (const w of warnings) logger.warn(w);
+  for (const w of [...configWarnings(config), ...warnings]) logger.warn(w);
 
   let geoReady = false;
   // Metrics first (the GeoIP reload callback counts into them); the age gauge reads geo lazily.

@@ -162,6 +162,26 @@ function parseBackend(env: Env): OrderBackendConfig | undefined {
   });
 }
 
+/**
+ * Settings that each load but contradict one another in a way the operator must hear about at
+ * start-up (logged as warnings, not refused: each limit keeps its CONTRACT meaning).
+ * - ORDER_MAX_BYTES below the compact JSON of the largest valid order (the longest marketId, a
+ *   10-digit deadline, ORDER_MAX_SIZE or "1", and an ORDER_PAYLOAD_MAX_BYTES payload in base64):
+ *   such orders pass every authz rule but get 413 payload_too_large from Envoy first.
+ */
+export function configWarnings(c: Config): string[] {
+  const out: string[] = [];
+  const largestOrder = JSON.stringify({
+    marketId: 'x'.repeat(128), deadline: 9_999_999_999, size: c.orderMaxSize ?? '1', payload: '',
+  }).length + 4 * Math.ceil(c.orderPayloadMaxBytes / 3);
+  if (largestOrder > c.orderMaxBytes) {
+    out.push(`ORDER_MAX_BYTES=${c.orderMaxBytes} is below the largest valid order (${largestOrder} bytes: an `
+      + `ORDER_PAYLOAD_MAX_BYTES=${c.orderPayloadMaxBytes} payload in base64 plus its envelope); such orders get 413 `
+      + `payload_too_large. Raise ORDER_MAX_BYTES to ${largestOrder} or lower ORDER_PAYLOAD_MAX_BYTES.`);
+  }
+  return out;
+}
+
 /** Parses and validates every non-secret setting. Throws ConfigError on the first bad one. */
 export function loadConfig(env: Env = process.env): Config {
   const blockedCountries = list(env, 'BLOCKED_COUNTRIES').map((c) => c.toUpperCase());

@@ -5,7 +5,7 @@
  */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { ConfigError, DEFAULT_GEOIP_DB, DEFAULT_GEO_NOTICE, loadConfig, type Config, type Env } from '../src/config.ts';
+import { ConfigError, configWarnings, DEFAULT_GEOIP_DB, DEFAULT_GEO_NOTICE, loadConfig, type Config, type Env } from '../src/config.ts';
 import { createGeoClassifier } from '../src/stages/geo.ts';
 
 const BACKEND: Env = {
@@ -269,4 +269,20 @@ test('config – ConfigError is an Error with name ConfigError and the offending
     assert.equal(err.name, 'ConfigError');
     assert.match(err.message, /"lots"/);
   }
+});
+
+test('config warnings – the defaults hold the largest valid order: no warning', () => {
+  assert.deepEqual(configWarnings(loadConfig({})), []);
+});
+
+test('config warnings – ORDER_MAX_BYTES below the largest valid order is named, with the size that fits', () => {
+  const c = loadConfig({ ORDER_MAX_BYTES: '4096', ORDER_PAYLOAD_MAX_BYTES: '32768' });
+  const [warning, ...rest] = configWarnings(c);
+  assert.equal(rest.length, 0);
+  assert.match(warning ?? '', /^ORDER_MAX_BYTES=4096 is below the largest valid order/);
+  // 32768 bytes → 43692 base64 characters, plus the envelope around them.
+  const fits = Number(/Raise ORDER_MAX_BYTES to (\d+)/.exec(warning ?? '')?.[1]);
+  assert.ok(fits > 43_692 && fits < 43_692 + 300, String(fits));
+  assert.deepEqual(configWarnings(loadConfig({ ORDER_MAX_BYTES: String(fits), ORDER_PAYLOAD_MAX_BYTES: '32768' })), []);
+  assert.equal(configWarnings(loadConfig({ ORDER_MAX_BYTES: String(fits - 1), ORDER_PAYLOAD_MAX_BYTES: '32768' })).length, 1);
 });
