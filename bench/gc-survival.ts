@@ -220,7 +220,8 @@ What this shows (investigation of 2026-11-22; the numbers in the text are this r
     A \`Writable\` kept 0.0 % on 24.14.1 and 14.1 % on 24.15.0.
   - No userland workaround was found. The closure is created inside Node's constructor, and clearing the property
     afterwards does not help (pure-JS repro). \`--no-maglev\` lowered bare h2 to 3 % in one harness, but not in the
-    other, and not for the gRPC server.
+    other, and not for the gRPC server. On the edge it did not help either: in (3b), 4 rounds, the longest pause
+    was 13.8 ms and p99 was 4.55 ms for reads and 9.58 ms for orders, against 4.34 and 6.06 ms for (3).
   - Ruled out:
     - http2's per-session stream \`Map\` and pending \`Set\`: replaced by plain arrays, no change.
     - \`EventEmitter.prototype.emit\`: the 24.14 version patched back in, no change.
