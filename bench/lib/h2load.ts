@@ -142,8 +142,9 @@ export function runH2load(bin: string, spec: H2loadSpec): Promise<H2loadResult> 
           succeeded: num(/(\d+) succeeded/, stdout),
           failed: num(/(\d+) failed/, stdout),
           errored: num(/(\d+) errored/, stdout),
-          elapsedSeconds: num(/finished in ([\d.]+)s/, stdout),
-          reqPerSec: num(/finished in [\d.]+s, ([\d.]+) req\/s/, stdout),
+          // h2load prints "finished in 3.00s" or, under a second, "finished in 501.04ms".
+          elapsedSeconds: num(/finished in ([\d.]+)s/, stdout.replace(/finished in ([\d.]+)ms/, (_m, v: string) => `finished in ${Number(v) / 1000}s`)),
+          reqPerSec: num(/finished in [\d.]+m?s, ([\d.]+) req\/s/, stdout),
           latenciesUs: Float64Array.from(latencies),
           startsUs: Float64Array.from(starts),
         });
