@@ -501,8 +501,8 @@ header of the request (the browser-like ones, h2load's, Envoy's own \`x-forwarde
   3.40 ms. The bench ingests once, so every read after the first is a cache hit; a live feed invalidates pages
   on every ingest, and reads then cost what they did before.
 - **Where the missed p99 target goes (session 5).** Measured with the table "Where the p99 target is lost", which
-  is new in this session, over six runs on 2026-11-22: four full runs of this script (the one above included) and
-  two 4-round fixed-rate A/B runs. "Over the limit" means slower than (1)'s p99 + 2 ms; the target allows 1 %.
+  is new in this session, over six runs on 2026-11-22: three full runs of this script (the one above included), one
+  2-round fixed-rate run and two 4-round fixed-rate A/B runs. "Over the limit" means slower than (1)'s p99 + 2 ms; the target allows 1 %.
   - *Reads.* (3) had 28–63 reads over the limit per 3,000. Of these, 9–19 overlapped a GC pause of the TS
     process. Only 12–44 (0.4–1.5 %) were outside every GC pause, at most 1 % in five of the six runs. So for reads,
     the TS process's pauses are the lever, and the added p99 swings around 2 ms: 1.97–3.04 ms in the full runs.
