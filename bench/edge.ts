@@ -20,7 +20,7 @@
  * Env: BENCH_ROUNDS (4), BENCH_SECONDS (3), BENCH_NO_DOCS=1 to leave docs/benchmarks.md alone;
  * for investigation only (a subset implies BENCH_NO_DOCS): BENCH_ONLY_EPS (markets,orders) and
  * BENCH_ONLY_MODES (sat,fixed) run a subset; BENCH_KEEP=1 keeps the work directory (Envoy
- * configs, process logs, every h2load per-request log); BENCH_AUTHZ_NODE_OPTIONS is the
+ * configs, process logs, every h2load per-request log, each Envoy's rq_time histograms); BENCH_AUTHZ_NODE_OPTIONS is the
  * NODE_OPTIONS of the TS process only; BENCH_AUTHZ_B_NODE_ARGS (e.g. `--max-semi-space-size=1`)
  * adds a stack (3b): the full edge against a second TS process started with those Node flags,
  * interleaved with the others, for a side-by-side A/B (BENCH_AUTHZ_B_NODE_ARGS='' with
@@ -301,8 +301,10 @@ try {
       + `p50 ${fmt(sample.p50 / 1000, 2)} p99 ${fmt(sample.p99 / 1000, 2)} ms, total ${fmt(sample.totalUs)} µs/req`);
   }
 
-  for (const s of stacks) for (const ep of EPS) await run(s, ep, 'sat', -1); // warm-up
+  // Warm-up, in the first mode measured (a fixed-rate-only run keeps saturation out of Envoy's histograms).
+  for (const s of stacks) for (const ep of EPS) await run(s, ep, MODES[0] ?? 'sat', -1);
   sat.clear();
+  fixed.clear();
   for (let round = 0; round < ROUNDS; round++) {
     const order = round % 2 === 0 ? stacks : [...stacks].reverse();
     for (const ep of EPS) for (const mode of MODES) for (const s of order) await run(s, ep, mode, round);
@@ -315,6 +317,9 @@ try {
     const text = await (await fetch(`http://127.0.0.1:${s.adminPort}/stats`)).text();
     const bad = text.split('\n').filter((l) => errorStats.test(l) && !/: 0$/.test(l));
     log(`${s.label} Envoy error counters: ${bad.length === 0 ? 'none' : bad.join(', ')}`);
+    // Investigation (BENCH_KEEP=1): Envoy's own timing histograms (upstream request time per cluster,
+    // downstream request time), to tell where a slow request spent its time.
+    if (process.env['BENCH_KEEP'] === '1') writeFileSync(join(dir, `envoy-${s.name}-timing.txt`), text.split('\n').filter((l) => /rq_time/.test(l)).join('\n'));
     if (bad.length > 0) errors.push(`${s.label}: ${bad.map((b) => `\`${b}\``).join(', ')}`);
   }
 
@@ -508,9 +513,14 @@ header of the request (the browser-like ones, h2load's, Envoy's own \`x-forwarde
     the TS process's pauses are the lever, and the added p99 swings around 2 ms: 1.97–3.04 ms in the full runs.
   - *Orders.* (3) had 50–102 orders (1.7–3.4 %) over the limit outside any GC pause in every run, even with the
     order backend's pauses counted. Orders miss the target even without GC.
-  - *The floor does better on orders.* It was at 0.5–2.8 % outside GC pauses, and below (3) in four of six runs.
-    So part of the orders tail is what the full order Check, with its market lookup, validation and CONTRACT §5
-    headers, adds over the floor's bare metadata answer. It was not found this session.
+  - *The floor is not clearly better on orders.* Outside GC pauses it ranged from 0.5 to 2.8 %, below (3) in four
+    of the six runs.
+    - An orders-only fixed-rate run (4 rounds, \`BENCH_ONLY_EPS=orders BENCH_ONLY_MODES=fixed BENCH_KEEP=1\`) put
+      them level: p99 5.19 ms for (2) and 5.22 ms for (3), with 1.4 % and 1.6 % over the limit outside GC pauses.
+    - Envoy's own histograms from that run (\`envoy-<stack>-timing.txt\`, 1-ms buckets) place the tail on the
+      ext_authz leg. Upstream request time P99 was 5.0 ms to the floor and 5.1 ms to the TS process, against
+      3.0 and 2.1 ms to the order backend; downstream P99 was 7.1 and 8.0 ms, against 1.1 ms for (1).
+    - So the orders tail is the round trip to a Node gRPC server, whichever server it is.
   - *What the table cannot see.* Whatever remains outside GC pauses comes in clusters of 5–20 slow requests within
     50 ms. That looks like stalls on 2 shared vCPUs that also run h2load, four Envoys, Redis and the backend. The
     table counts only main-thread pauses, so CPU that V8's concurrent GC threads take from other processes
