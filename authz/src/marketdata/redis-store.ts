@@ -20,7 +20,9 @@
  * cached page at once (any write may change any page), a local write does the same before it
  * is acknowledged, and a reconnect of the subscriber drops everything. A read that was in
  * flight when an invalidation arrived is answered but not cached (a generation counter), so
- * the cache never holds data older than the last invalidation it saw. Two replicas disagree
+ * the cache never holds data older than the last invalidation it saw. Concurrent misses for
+ * one market or one page share one round trip; an invalidation also drops those in flight, so
+ * a later caller never joins a read that may have seen the old value. Two replicas disagree
  * for at most the pub/sub delay, and never longer than the TTL even if a message is lost.
  * Nothing is cached while the subscriber is not subscribed.
  */
@@ -147,6 +149,8 @@ export class RedisMarketStore implements MarketStore {
   /** Bumped by every invalidation; a read started before one is not cached after it. */
   #generation = 0;
   readonly #inflight = new Map<string, Promise<MarketMeta | undefined>>();
+  /** Page reads in flight, by page-cache key: concurrent misses for one page share one round trip. */
+  readonly #pageInflight = new Map<string, Promise<Page>>();
   readonly #opts: RedisStoreOptions;
   readonly #now: () => number;
   readonly #clock: RedisClock;
@@ -200,6 +204,8 @@ export class RedisMarketStore implements MarketStore {
       this.#cache.delete(id);
       this.#inflight.delete(id);
     }
+    // Any write may change any page: a read already in flight must not be joined either.
+    this.#pageInflight.clear();
     if (this.#pages.size > 0) {
       this.#pages.clear();
       this.#pageBytes = 0;
@@ -278,31 +284,49 @@ export class RedisMarketStore implements MarketStore {
     }
   }
 
-  /** A page, from the page cache while it is fresh (see the header), else from Redis. */
-  async page(q: PageQuery): Promise<Page> {
+  /**
+   * A page, from the page cache while it is fresh (see the header), else from Redis. Concurrent
+   * misses for the same page (say, every reader right after an ingest dropped the cache) share
+   * one Redis round trip; an invalidation while it is in flight makes later callers start anew.
+   */
+  page(q: PageQuery): Promise<Page> {
     if (this.#opts.cacheTtlMs === 0) return this.#pageFromRedis(q);
     const key = JSON.stringify([q.active, q.limit, q.after, q.ids]);
     const now = this.#now();
     if (this.#subscribed) {
       const hit = this.#pages.get(key);
-      if (hit !== undefined && hit.expires > now) return hit.page;
+      if (hit !== undefined && hit.expires > now) return Promise.resolve(hit.page);
     }
+    const joined = this.#pageInflight.get(key);
+    if (joined !== undefined) return joined;
     const generation = this.#generation;
-    const page = await this.#pageFromRedis(q);
-    if (this.#subscribed && generation === this.#generation) {
-      let bytes = key.length;
-      for (const m of page.markets) bytes += m.item.length + m.quotes.length;
-      const old = this.#pages.get(key);
-      if (old !== undefined) this.#pageBytes -= old.bytes;
-      if (this.#pageBytes + bytes > PAGE_CACHE_MAX_BYTES) {
-        this.#pages.clear();
-        this.#pageBytes = 0;
-      }
-      // Aged from before the fetch: never kept longer than the TTL.
-      this.#pages.set(key, { page, expires: now + this.#opts.cacheTtlMs, bytes });
-      this.#pageBytes += bytes;
+    const p: Promise<Page> = this.#pageFromRedis(q).then(
+      (page) => {
+        if (this.#pageInflight.get(key) === p) this.#pageInflight.delete(key);
+        if (this.#subscribed && generation === this.#generation) this.#cachePage(key, page, now);
+        return page;
+      },
+      (err: unknown) => {
+        if (this.#pageInflight.get(key) === p) this.#pageInflight.delete(key);
+        throw err;
+      },
+    );
+    this.#pageInflight.set(key, p);
+    return p;
+  }
+
+  /** Keeps `page` until `fetchedAt` + TTL (aged from before the fetch: never longer than the TTL). */
+  #cachePage(key: string, page: Page, fetchedAt: number): void {
+    let bytes = key.length;
+    for (const m of page.markets) bytes += m.item.length + m.quotes.length;
+    const old = this.#pages.get(key);
+    if (old !== undefined) this.#pageBytes -= old.bytes;
+    if (this.#pageBytes + bytes > PAGE_CACHE_MAX_BYTES) {
+      this.#pages.clear();
+      this.#pageBytes = 0;
     }
-    return page;
+    this.#pages.set(key, { page, expires: fetchedAt + this.#opts.cacheTtlMs, bytes });
+    this.#pageBytes += bytes;
   }
 
   async #pageFromRedis(q: PageQuery): Promise<Page> {

@@ -144,6 +144,23 @@ describe('market service on Redis', () => {
     assert.match((await b.store.page(q)).markets[0]?.item ?? '', /"seq":2/);
   });
 
+  test('page cache: 20 concurrent misses for one page share one Redis round trip (no stampede after an invalidation)', async () => {
+    const q = { limit: 10, ids: ['0xpc-herd'] };
+    await a.store.put(doc('0xpc-herd', 1), env(marketDoc('0xpc-herd', 1)));
+    await sleep(20); // a's invalidation reaches b: b's page cache is empty
+    const scriptCalls = async (): Promise<number> => Number(/cmdstat_evalsha:calls=(\d+)/.exec(await a.redis.info('commandstats'))?.[1] ?? 0);
+    const before = await scriptCalls();
+    const pages = await Promise.all(Array.from({ length: 20 }, () => b.store.page(q)));
+    assert.equal(await scriptCalls() - before, 1, 'one page script for 20 concurrent readers');
+    assert.ok(pages.every((p) => p === pages[0]), 'every reader got the same page');
+    assert.equal(pages[0]?.markets[0]?.conditionId, '0xpc-herd');
+    // After an invalidation, the next readers start a new round trip (and see the new record).
+    await b.store.put(doc('0xpc-herd', 2), env(marketDoc('0xpc-herd', 2)));
+    const again = await Promise.all(Array.from({ length: 5 }, () => b.store.page(q)));
+    assert.match(again[0]?.markets[0]?.item ?? '', /"seq":2/);
+    assert.ok(again.every((p) => p === again[0]));
+  });
+
   test('page cache: a lost invalidation is bounded by MARKET_CACHE_TTL_MS', async () => {
     const c = await startService(redisProc.url, 150);
     try {
