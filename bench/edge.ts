@@ -133,6 +133,8 @@ interface Sample {
   envoyUs: number; authzUs: number; marketUs: number; backendUs: number; redisUs: number; totalUs: number; busy: number;
   /** Fixed rate only: each request's start (µs since the epoch) and latency (µs), for the tail analysis. */
   startsUs?: Float64Array; latenciesUs?: Float64Array;
+  /** µs per request that Envoy's threads / the authz process's threads waited for a CPU (run queue). */
+  envoyWaitUs: number; authzWaitUs: number;
 }
 /** Every GC pause of each Node server is logged (bench/lib/gc-pauses-preload.ts) to one of these. */
 const GC_FILES = {
@@ -282,6 +284,7 @@ try {
     const r = await load(SECONDS, join(dir, `h2load-${mode}-${s.name}-${ep}-${round}.log`));
     const cpu = close();
     const per = (pid: number): number => ((cpu.cpuSeconds.get(pid) ?? 0) * 1e6) / Math.max(1, r.done);
+    const waitPer = (pid: number | undefined): number => (pid === undefined ? Number.NaN : ((cpu.waitSeconds.get(pid) ?? Number.NaN) * 1e6) / Math.max(1, r.done));
     const lat = sortedCopy(r.latenciesUs);
     const sample: Sample = {
       round, rps: r.reqPerSec, ok: r.succeeded, done: r.done, p50: percentile(lat, 50), p99: percentile(lat, 99),
@@ -293,6 +296,9 @@ try {
       redisUs: per(redisProc),
       totalUs: pids.reduce((a, p) => a + per(p), 0),
       busy: cpu.machineBusy,
+      envoyWaitUs: waitPer(s.envoy.pid),
+      // (1)'s requests wait on the TS process as their market upstream.
+      authzWaitUs: waitPer(s.authzPid ?? authz.pid),
       ...(mode === 'fixed' ? { startsUs: r.startsUs, latenciesUs: r.latenciesUs } : {}),
     };
     const m = mode === 'sat' ? sat : fixed;
@@ -397,8 +403,10 @@ try {
       });
       const m = (f: (r: (typeof runs)[number]) => number): number => median(runs.map(f));
       const pct = (v: number): string => `${fmt(v, 0)} (${fmt((100 * v) / Math.max(1, m((r) => r.n)), 1)} %)`;
+      const waits = fixed.get(k(s, ep)) ?? [];
+      const wait = (f: (x: Sample) => number): string => (waits.some((x) => Number.isNaN(f(x))) ? '–' : fmt(median(waits.map(f))));
       tailRows.push([epName(ep), s.label, pct(m((r) => r.over)), fmt(m((r) => r.inGc)), pct(m((r) => r.over - r.inGc)),
-        fmt(m((r) => r.pauses)), fmt(m((r) => r.longest) / 1000, 1)]);
+        fmt(m((r) => r.pauses)), fmt(m((r) => r.longest) / 1000, 1), wait((x) => x.envoyWaitUs), wait((x) => x.authzWaitUs)]);
     }
   }
   const at = (m: Map<string, Sample[]>, key: string, round: number): Sample | undefined => m.get(key)?.find((x) => x.round === round);
@@ -461,7 +469,11 @@ is recorded inside each process by a preload (bench/lib/gc-pauses-preload.ts: a 
 \`gc\`, main-thread pause, µs since the epoch) and matched against h2load's per-request log. Medians over rounds,
 each column on its own.
 
-${markdownTable(['Request', 'Stack', 'over the limit', 'of them during a GC pause', 'over the limit outside GC pauses', 'GC pauses in the run', 'longest pause ms'], tailRows, ['l', 'l', 'r', 'r', 'r', 'r', 'r'])}
+${markdownTable(['Request', 'Stack', 'over the limit', 'of them during a GC pause', 'over the limit outside GC pauses', 'GC pauses in the run', 'longest pause ms', 'Envoy waited for a CPU, µs/req', 'authz waited for a CPU, µs/req'], tailRows, ['l', 'l', 'r', 'r', 'r', 'r', 'r', 'r', 'r'])}
+
+The last two columns are the time the process's threads were runnable but waiting for a CPU
+(\`/proc/<pid>/task/*/schedstat\`), divided by the run's requests: "authz" is the floor for (2), the TS process for
+(3) and, as its market upstream, for (1).
 
 ### What \`allowedHeaders: 'minimal'\` (default) buys over \`'all'\` for the full edge
 

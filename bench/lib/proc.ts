@@ -9,7 +9,7 @@
  * should burn at least a few hundred ticks for a per-request figure to be exact to ~1 %.
  */
 import { execFileSync } from 'node:child_process';
-import { readFileSync } from 'node:fs';
+import { readdirSync, readFileSync } from 'node:fs';
 
 function clockTicksPerSecond(): number {
   try {
@@ -34,6 +34,25 @@ export function processCpuSeconds(pid: number): number {
   return (Number(fields[11]) + Number(fields[12])) / CLK_TCK;
 }
 
+/**
+ * Seconds the threads of `pid` spent runnable but waiting for a CPU (the second field of
+ * /proc/<pid>/task/<tid>/schedstat, in ns), summed over the threads alive now; NaN when the
+ * kernel does not keep schedstats.
+ */
+export function processRunQueueWaitSeconds(pid: number): number {
+  let ns = 0;
+  let seen = 0;
+  for (const tid of readdirSync(`/proc/${pid}/task`)) {
+    try {
+      ns += Number(readFileSync(`/proc/${pid}/task/${tid}/schedstat`, 'utf8').split(' ')[1]);
+      seen++;
+    } catch {
+      // The thread exited in between.
+    }
+  }
+  return seen === 0 ? Number.NaN : ns / 1e9;
+}
+
 /** Machine-wide CPU counters (first line of /proc/stat), in ticks. */
 export interface SystemCpu {
   readonly total: number;
@@ -56,6 +75,8 @@ export interface CpuSample {
   readonly wallSeconds: number;
   /** CPU seconds per pid over the window. */
   readonly cpuSeconds: ReadonlyMap<number, number>;
+  /** Seconds per pid its threads waited for a CPU over the window (NaN without schedstats). */
+  readonly waitSeconds: ReadonlyMap<number, number>;
   /** Fraction of all CPUs busy over the window (every process on the machine). */
   readonly machineBusy: number;
   /** Fraction of all CPUs stolen by the hypervisor over the window. */
@@ -67,13 +88,16 @@ export function startCpuWindow(pids: readonly number[]): () => CpuSample {
   const t0 = performance.now();
   const sys0 = systemCpu();
   const cpu0 = new Map(pids.map((p) => [p, processCpuSeconds(p)]));
+  const wait0 = new Map(pids.map((p) => [p, processRunQueueWaitSeconds(p)]));
   return () => {
     const cpu = new Map(pids.map((p) => [p, processCpuSeconds(p) - (cpu0.get(p) ?? 0)]));
+    const wait = new Map(pids.map((p) => [p, processRunQueueWaitSeconds(p) - (wait0.get(p) ?? Number.NaN)]));
     const sys1 = systemCpu();
     const total = sys1.total - sys0.total;
     return {
       wallSeconds: (performance.now() - t0) / 1000,
       cpuSeconds: cpu,
+      waitSeconds: wait,
       machineBusy: total > 0 ? 1 - (sys1.idle - sys0.idle) / total : 0,
       machineSteal: total > 0 ? (sys1.steal - sys0.steal) / total : 0,
     };
