@@ -125,8 +125,8 @@ interface Stack {
   readonly adminPort: number;
   /** The ext_authz process, or undefined for (1). */
   readonly authzPid: number | undefined;
-  /** GC pause logs of the Node processes this stack's requests pass through (authz, market). */
-  readonly gcFiles: readonly string[];
+  /** GC pause logs of the Node processes a read / an order of this stack passes through. */
+  readonly gcFiles: Readonly<Record<Ep, readonly string[]>>;
 }
 interface Sample {
   round: number; rps: number; ok: number; done: number; p50: number; p99: number;
@@ -219,7 +219,12 @@ try {
       name, label, port: edgePort, envoy, adminPort: envoyAdmin,
       authzPid: variant === 'bare' ? undefined : name === '2' ? floor.pid : name === '3b' ? authzB?.pid : authz.pid,
       // (1) and (2) read from the TS process's market service; (2)'s Checks go to the floor.
-      gcFiles: name === '2' ? [GC_FILES.floor, GC_FILES.authz] : name === '3b' ? [GC_FILES.authzB] : [GC_FILES.authz],
+      // A read passes the authz process (none for (1)) and the market service (the TS process, B's own for
+      // (3b)); an order passes the authz process (none for (1)) and the order backend.
+      gcFiles: {
+        markets: name === '1' ? [GC_FILES.authz] : name === '2' ? [GC_FILES.floor, GC_FILES.authz] : name === '3b' ? [GC_FILES.authzB] : [GC_FILES.authz],
+        orders: [...(name === '1' ? [] : name === '2' ? [GC_FILES.floor] : name === '3b' ? [GC_FILES.authzB] : [GC_FILES.authz]), GC_FILES.backend],
+      },
     });
   }
   for (const s of stacks) await waitHttp(`http://127.0.0.1:${s.port}/healthz`);
@@ -297,8 +302,8 @@ try {
       totalUs: pids.reduce((a, p) => a + per(p), 0),
       busy: cpu.machineBusy,
       envoyWaitUs: waitPer(s.envoy.pid),
-      // (1)'s requests wait on the TS process as their market upstream.
-      authzWaitUs: waitPer(s.authzPid ?? authz.pid),
+      // (1)'s reads wait on the TS process as their market upstream; its orders pass no authz process.
+      authzWaitUs: waitPer(s.authzPid ?? (ep === 'markets' ? authz.pid : undefined)),
       ...(mode === 'fixed' ? { startsUs: r.startsUs, latenciesUs: r.latenciesUs } : {}),
     };
     const m = mode === 'sat' ? sat : fixed;
@@ -383,8 +388,7 @@ try {
   const tailRows: string[][] = [];
   for (const ep of EPS) {
     for (const s of stacks) {
-      // Orders also pass through the order backend (a Node process as well).
-      const pauses = readGcPauses(...s.gcFiles, ...(ep === 'orders' ? [GC_FILES.backend] : []));
+      const pauses = readGcPauses(...s.gcFiles[ep]);
       const runs = (fixed.get(k(s, ep)) ?? []).flatMap((x) => {
         const base = fixed.get(k('1', ep))?.find((y) => y.round === x.round);
         if (base === undefined || x.startsUs === undefined || x.latenciesUs === undefined) return [];
@@ -462,9 +466,10 @@ ${markdownTable(['Round', 'reads: req/s (3) / (2)', 'reads: p99 ms (1) / (2) / (
 
 Per fixed-rate run (${FIXED.connections * FIXED.rpsPerClient * SECONDS} requests), the requests slower than the target's limit, (1)'s p99 in the same
 round + 2 ms (the target holds when at most 1 % are), and how many of them overlapped a GC pause of a Node process
-the stack's requests pass through, or began within ${GC_DRAIN_US / 1000} ms after one ended (queued behind it): the TS process for
-(1) (its market upstream) and (3), the allow-all floor and the TS process's market service for (2), and for orders
-also the order backend (bench/edge-backend.ts). Every GC pause
+the stack's requests pass through, or began within ${GC_DRAIN_US / 1000} ms after one ended (queued behind it). For reads that is
+the TS process for (1) (its market upstream) and (3), and the allow-all floor plus the TS process's market service for
+(2). For orders it is the order backend (bench/edge-backend.ts), plus the floor for (2) and the TS process for (3).
+Every GC pause
 is recorded inside each process by a preload (bench/lib/gc-pauses-preload.ts: a \`PerformanceObserver\` for
 \`gc\`, main-thread pause, µs since the epoch) and matched against h2load's per-request log. Medians over rounds,
 each column on its own.
@@ -472,8 +477,8 @@ each column on its own.
 ${markdownTable(['Request', 'Stack', 'over the limit', 'of them during a GC pause', 'over the limit outside GC pauses', 'GC pauses in the run', 'longest pause ms', 'Envoy waited for a CPU, µs/req', 'authz waited for a CPU, µs/req'], tailRows, ['l', 'l', 'r', 'r', 'r', 'r', 'r', 'r', 'r'])}
 
 The last two columns are the time the process's threads were runnable but waiting for a CPU
-(\`/proc/<pid>/task/*/schedstat\`), divided by the run's requests: "authz" is the floor for (2), the TS process for
-(3) and, as its market upstream, for (1).
+(\`/proc/<pid>/task/*/schedstat\`), divided by the run's requests. "authz" is the floor for (2) and the TS process for
+(3); for (1) it is the TS process as the market upstream of reads, and nothing for orders.
 
 ### What \`allowedHeaders: 'minimal'\` (default) buys over \`'all'\` for the full edge
 

@@ -166,16 +166,20 @@ function parseBackend(env: Env): OrderBackendConfig | undefined {
  * Settings that each load but contradict one another in a way the operator must hear about at
  * start-up (logged as warnings, not refused: each limit keeps its CONTRACT meaning).
  * - ORDER_MAX_BYTES below the compact JSON of the largest valid order (the longest marketId, a
- *   10-digit deadline, ORDER_MAX_SIZE or "1", and an ORDER_PAYLOAD_MAX_BYTES payload in base64):
+ *   10-digit deadline, the longest size up to ORDER_MAX_SIZE, an ORDER_PAYLOAD_MAX_BYTES payload
+ *   in base64):
  *   such orders pass every authz rule but get 413 payload_too_large from Envoy first.
  */
 export function configWarnings(c: Config): string[] {
   const out: string[] = [];
+  // size: ORDER_MAX_SIZE's integer digits plus a point and 18 decimals (the most a size may
+  // carry), or 40 characters when no maximum is set.
+  const sizeChars = c.orderMaxSize === undefined ? 40 : (c.orderMaxSize.split('.')[0] ?? '').length + 19;
   const largestOrder = JSON.stringify({
-    marketId: 'x'.repeat(128), deadline: 9_999_999_999, size: c.orderMaxSize ?? '1', payload: '',
+    marketId: 'x'.repeat(128), deadline: 9_999_999_999, size: '9'.repeat(sizeChars), payload: '',
   }).length + 4 * Math.ceil(c.orderPayloadMaxBytes / 3);
   if (largestOrder > c.orderMaxBytes) {
-    out.push(`ORDER_MAX_BYTES=${c.orderMaxBytes} is below the largest valid order (${largestOrder} bytes: an `
+    out.push(`ORDER_MAX_BYTES=${c.orderMaxBytes} is below the largest valid order (${largestOrder} bytes of compact JSON: an `
       + `ORDER_PAYLOAD_MAX_BYTES=${c.orderPayloadMaxBytes} payload in base64 plus its envelope); such orders get 413 `
       + `payload_too_large. Raise ORDER_MAX_BYTES to ${largestOrder} or lower ORDER_PAYLOAD_MAX_BYTES.`);
   }

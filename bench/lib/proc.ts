@@ -35,22 +35,34 @@ export function processCpuSeconds(pid: number): number {
 }
 
 /**
- * Seconds the threads of `pid` spent runnable but waiting for a CPU (the second field of
- * /proc/<pid>/task/<tid>/schedstat, in ns), summed over the threads alive now; NaN when the
- * kernel does not keep schedstats.
+ * Per thread of `pid` (by tid): [ns on a CPU, ns runnable but waiting for one], from
+ * /proc/<pid>/task/<tid>/schedstat. Empty when the kernel keeps no schedstats (all zeros).
  */
-export function processRunQueueWaitSeconds(pid: number): number {
-  let ns = 0;
-  let seen = 0;
+export function threadSchedStats(pid: number): Map<string, readonly [number, number]> {
+  const out = new Map<string, readonly [number, number]>();
+  let ran = 0;
   for (const tid of readdirSync(`/proc/${pid}/task`)) {
     try {
-      ns += Number(readFileSync(`/proc/${pid}/task/${tid}/schedstat`, 'utf8').split(' ')[1]);
-      seen++;
+      const [run = 0, wait = 0] = readFileSync(`/proc/${pid}/task/${tid}/schedstat`, 'utf8').split(' ').map(Number);
+      out.set(tid, [run, wait]);
+      ran += run;
     } catch {
       // The thread exited in between.
     }
   }
-  return seen === 0 ? Number.NaN : ns / 1e9;
+  return ran === 0 ? new Map() : out;
+}
+
+/**
+ * Seconds the threads of `pid` waited for a CPU between two threadSchedStats() readings, per
+ * thread (a thread that exited in between counts for nothing, one born in between from zero);
+ * NaN without schedstats.
+ */
+export function runQueueWaitSeconds(before: ReadonlyMap<string, readonly [number, number]>, after: ReadonlyMap<string, readonly [number, number]>): number {
+  if (after.size === 0) return Number.NaN;
+  let ns = 0;
+  for (const [tid, [, wait]] of after) ns += Math.max(0, wait - (before.get(tid)?.[1] ?? 0));
+  return ns / 1e9;
 }
 
 /** Machine-wide CPU counters (first line of /proc/stat), in ticks. */
@@ -88,10 +100,10 @@ export function startCpuWindow(pids: readonly number[]): () => CpuSample {
   const t0 = performance.now();
   const sys0 = systemCpu();
   const cpu0 = new Map(pids.map((p) => [p, processCpuSeconds(p)]));
-  const wait0 = new Map(pids.map((p) => [p, processRunQueueWaitSeconds(p)]));
+  const sched0 = new Map(pids.map((p) => [p, threadSchedStats(p)]));
   return () => {
     const cpu = new Map(pids.map((p) => [p, processCpuSeconds(p) - (cpu0.get(p) ?? 0)]));
-    const wait = new Map(pids.map((p) => [p, processRunQueueWaitSeconds(p) - (wait0.get(p) ?? Number.NaN)]));
+    const wait = new Map(pids.map((p) => [p, runQueueWaitSeconds(sched0.get(p) ?? new Map(), threadSchedStats(p))]));
     const sys1 = systemCpu();
     const total = sys1.total - sys0.total;
     return {

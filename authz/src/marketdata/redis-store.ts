@@ -179,8 +179,11 @@ export class RedisMarketStore implements MarketStore {
       this.#invalidate(undefined);
       this.#sub.subscribe(INVALIDATION_CHANNEL).then(
         () => {
-          // A read sent before the subscription took effect may have missed an invalidation.
+          // A read sent before the subscription took effect may have missed an invalidation:
+          // neither cached nor joined by later callers.
           this.#generation++;
+          this.#inflight.clear();
+          this.#pageInflight.clear();
           this.#subscribed = true;
         },
         (err: unknown) => opts.onError?.('subscribe', err),
