@@ -105,6 +105,22 @@ return out
 type Row = string | null;
 
 /** How long after a write's deadline it may land at the latest (its command timeout). */
+/**
+ * Joins the read of `key` already in `inflight`, else starts one with `start` and registers it
+ * until it settles. An invalidation that drops or replaces the entry first is left alone.
+ */
+function shareInFlight<T>(inflight: Map<string, Promise<T>>, key: string, start: () => Promise<T>): Promise<T> {
+  const joined = inflight.get(key);
+  if (joined !== undefined) return joined;
+  const p = start();
+  inflight.set(key, p);
+  const drop = (): void => {
+    if (inflight.get(key) === p) inflight.delete(key);
+  };
+  p.then(drop, drop);
+  return p;
+}
+
 const PUT_DEADLINE_MS = REDIS_COMMAND_TIMEOUT_MS;
 /** How long an ingest whose write went unanswered waits for Redis to tell what happened. */
 export const STORE_RESOLVE_MS = 2000;
@@ -220,24 +236,12 @@ export class RedisMarketStore implements MarketStore {
     const hit = this.#cache.get(conditionId);
     const now = this.#now();
     if (hit !== undefined && hit.expires > now && this.#subscribed) return hit.meta;
-    let p = this.#inflight.get(conditionId);
-    if (p === undefined) {
-      const generation = this.#generation;
-      p = this.#fetch([conditionId]).then(
-        ([m]) => {
-          if (this.#inflight.get(conditionId) === p) this.#inflight.delete(conditionId);
-          const meta = m === undefined ? undefined : metaOfItem(m.item);
-          if (this.#subscribed && generation === this.#generation) this.#cache.set(conditionId, { meta, expires: this.#now() + this.#opts.cacheTtlMs });
-          return meta;
-        },
-        (err: unknown) => {
-          if (this.#inflight.get(conditionId) === p) this.#inflight.delete(conditionId);
-          throw err;
-        },
-      );
-      this.#inflight.set(conditionId, p);
-    }
-    return p;
+    const generation = this.#generation;
+    return shareInFlight(this.#inflight, conditionId, () => this.#fetch([conditionId]).then(([m]) => {
+      const meta = m === undefined ? undefined : metaOfItem(m.item);
+      if (this.#subscribed && generation === this.#generation) this.#cache.set(conditionId, { meta, expires: this.#now() + this.#opts.cacheTtlMs });
+      return meta;
+    }));
   }
 
   /**
@@ -300,22 +304,11 @@ export class RedisMarketStore implements MarketStore {
       const hit = this.#pages.get(key);
       if (hit !== undefined && hit.expires > now) return Promise.resolve(hit.page);
     }
-    const joined = this.#pageInflight.get(key);
-    if (joined !== undefined) return joined;
     const generation = this.#generation;
-    const p: Promise<Page> = this.#pageFromRedis(q).then(
-      (page) => {
-        if (this.#pageInflight.get(key) === p) this.#pageInflight.delete(key);
-        if (this.#subscribed && generation === this.#generation) this.#cachePage(key, page, now);
-        return page;
-      },
-      (err: unknown) => {
-        if (this.#pageInflight.get(key) === p) this.#pageInflight.delete(key);
-        throw err;
-      },
-    );
-    this.#pageInflight.set(key, p);
-    return p;
+    return shareInFlight(this.#pageInflight, key, () => this.#pageFromRedis(q).then((page) => {
+      if (this.#subscribed && generation === this.#generation) this.#cachePage(key, page, now);
+      return page;
+    }));
   }
 
   /** Keeps `page` until `fetchedAt` + TTL (aged from before the fetch: never longer than the TTL). */
