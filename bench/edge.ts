@@ -215,15 +215,16 @@ try {
     if (rendered.sds !== undefined) writeFileSync(sdsPath, rendered.sds);
     const envoy = spawnProgram(envoyBinary(), ['-c', file, '--disable-hot-restart', '--concurrency', '1', '-l', 'error'], { logFile: join(dir, `envoy-${name}.log`) });
     children.push(envoy);
+    const authzGc = variant === 'bare' ? [] : [name === '2' ? GC_FILES.floor : name === '3b' ? GC_FILES.authzB : GC_FILES.authz];
+    const marketGc = name === '3b' ? GC_FILES.authzB : GC_FILES.authz;
     stacks.push({
       name, label, port: edgePort, envoy, adminPort: envoyAdmin,
       authzPid: variant === 'bare' ? undefined : name === '2' ? floor.pid : name === '3b' ? authzB?.pid : authz.pid,
-      // (1) and (2) read from the TS process's market service; (2)'s Checks go to the floor.
-      // A read passes the authz process (none for (1)) and the market service (the TS process, B's own for
-      // (3b)); an order passes the authz process (none for (1)) and the order backend.
+      // A read passes the authz process (none for (1)) and the market service (the TS process, B's own
+      // for (3b)); an order passes the authz process and the order backend.
       gcFiles: {
-        markets: name === '1' ? [GC_FILES.authz] : name === '2' ? [GC_FILES.floor, GC_FILES.authz] : name === '3b' ? [GC_FILES.authzB] : [GC_FILES.authz],
-        orders: [...(name === '1' ? [] : name === '2' ? [GC_FILES.floor] : name === '3b' ? [GC_FILES.authzB] : [GC_FILES.authz]), GC_FILES.backend],
+        markets: [...new Set([...authzGc, marketGc])],
+        orders: [...authzGc, GC_FILES.backend],
       },
     });
   }
