@@ -19,13 +19,40 @@
  *
  * Env: BENCH_ROUNDS (4), BENCH_SECONDS (3), BENCH_NO_DOCS=1 to leave docs/benchmarks.md alone;
  * for investigation only (a subset implies BENCH_NO_DOCS): BENCH_ONLY_EPS (markets,orders) and
- * BENCH_ONLY_MODES (sat,fixed) run a subset; BENCH_KEEP=1 keeps the work directory (Envoy
+ * BENCH_ONLY_MODES (sat,fixed,poll) run a subset; BENCH_KEEP=1 keeps the work directory (Envoy
  * configs, process logs, every h2load per-request log, each Envoy's rq_time histograms); BENCH_AUTHZ_NODE_OPTIONS is the
  * NODE_OPTIONS of the TS process only; BENCH_AUTHZ_B_NODE_ARGS (e.g. `--max-semi-space-size=1`)
  * adds a stack (3b): the full edge against a second TS process started with those Node flags,
  * interleaved with the others, for a side-by-side A/B (BENCH_AUTHZ_B_NODE_ARGS='' with
- * BENCH_AUTHZ_B_NODE_BIN=/path/to/node runs that stack on another Node binary instead).
+ * BENCH_AUTHZ_B_NODE_BIN=/path/to/node runs that stack on another Node binary instead);
+ * BENCH_LEG_LOG=1 (implies BENCH_KEEP) writes each Envoy's access log to access-<stack>.log in the
+ * work directory with per-leg timings in µs (LEG_LOG_FORMAT) instead of to /dev/null.
  */
+
+/** Access log fields for BENCH_LEG_LOG: where each request's time went, in µs, from Envoy's clocks. */
+const LEG_LOG_FORMAT = {
+  start: '%START_TIME(%s.%6f)%',
+  route: '%ROUTE_NAME%',
+  status: '%RESPONSE_CODE%',
+  // First byte received → last byte received (the request head and body from the client).
+  rx_us: '%COMMON_DURATION(DS_RX_BEG:DS_RX_END:us)%',
+  // Whole request received → first byte to the upstream: ext_authz, the Lua filter, picking a connection.
+  filters_us: '%COMMON_DURATION(DS_RX_END:US_TX_BEG:us)%',
+  // First byte to the upstream → last byte of its answer.
+  upstream_us: '%COMMON_DURATION(US_TX_BEG:US_RX_END:us)%',
+  // Last byte of the upstream answer → last byte to the client.
+  tx_us: '%COMMON_DURATION(US_RX_END:DS_TX_END:us)%',
+  total_us: '%COMMON_DURATION(DS_RX_BEG:DS_TX_END:us)%',
+} as const;
+
+/** Replaces the json_format of every access log in a parsed bootstrap (BENCH_LEG_LOG). */
+function withLegLog(node: unknown): unknown {
+  if (Array.isArray(node)) return node.map(withLegLog);
+  if (node === null || typeof node !== 'object') return node;
+  const out: Record<string, unknown> = {};
+  for (const [k, v] of Object.entries(node)) out[k] = k === 'log_format' ? { json_format: LEG_LOG_FORMAT } : withLegLog(v);
+  return out;
+}
 import { execFileSync } from 'node:child_process';
 import { createHash, createHmac, generateKeyPairSync, randomBytes, sign } from 'node:crypto';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
@@ -44,19 +71,23 @@ import { duringPause, GC_PAUSES_IMPORT, readGcPauses } from './lib/gc-pauses.ts'
 import { ensureH2load, runH2load } from './lib/h2load.ts';
 import { envInt, machineLine, redisPid } from './lib/market-env.ts';
 import { writeSection } from './lib/markdown-section.ts';
-import { startCpuWindow } from './lib/proc.ts';
+import { cpuidleDriver, holdCpuIdleLatency, startCpuWindow } from './lib/proc.ts';
 import { fmt, markdownTable, median, percentile, sortedCopy } from './lib/stats.ts';
 
 // Even: the stack order is reversed every other round, so each order counts equally.
 const ROUNDS = envInt('BENCH_ROUNDS', 4, 1);
 const SECONDS = envInt('BENCH_SECONDS', 3, 1);
+// Workers per Envoy. 1 by default: the machine has 2 vCPUs for everything (load generator included).
+const ENVOY_CONCURRENCY = String(envInt('BENCH_ENVOY_CONCURRENCY', 1, 1));
 const SAT_CONNECTIONS = 16;
 const FIXED = { connections: 10, rpsPerClient: 100 } as const;
 /** Seconds of unmeasured fixed-rate load before each measured fixed-rate run (see run()). */
 const FIXED_PRELOAD_S = 0.5;
 const ROOT = fileURLToPath(new URL('../', import.meta.url));
 const dir = mkdtempSync(join(tmpdir(), 'bench-edge-'));
-if (process.env['BENCH_KEEP'] !== '1') process.once('exit', () => rmSync(dir, { recursive: true, force: true }));
+const LEG_LOG = process.env['BENCH_LEG_LOG'] === '1';
+if (process.env['BENCH_KEEP'] === '1' || LEG_LOG) process.stderr.write(`[bench:edge] work directory (kept): ${dir}\n`);
+if (process.env['BENCH_KEEP'] !== '1' && !LEG_LOG) process.once('exit', () => rmSync(dir, { recursive: true, force: true }));
 const t0 = performance.now();
 const log = (m: string): void => void process.stderr.write(`[bench:edge ${((performance.now() - t0) / 1000).toFixed(1).padStart(5)}s] ${m}\n`);
 const h2load = ensureH2load(log);
@@ -110,8 +141,21 @@ function bare(node: unknown): unknown {
 type Ep = 'markets' | 'orders';
 const only = (name: string): string[] | undefined => process.env[name]?.split(',').map((x) => x.trim()).filter(Boolean);
 const EPS: readonly Ep[] = (['markets', 'orders'] as const).filter((e) => only('BENCH_ONLY_EPS')?.includes(e) ?? true);
-const MODES = (['sat', 'fixed'] as const).filter((m) => only('BENCH_ONLY_MODES')?.includes(m) ?? true);
-const SUBSET = EPS.length < 2 || MODES.length < 2;
+/**
+ * sat: saturation; fixed: 1,000 req/s; poll: 1,000 req/s again, with idle CPUs polling instead of halting
+ * for that run (holdCpuIdleLatency(0): PM QoS, as tuned's latency-performance profile sets it).
+ */
+type Mode = 'sat' | 'fixed' | 'poll';
+const REQUESTED_MODES = (['sat', 'fixed', 'poll'] as const).filter((m) => only('BENCH_ONLY_MODES')?.includes(m) ?? true);
+const SUBSET = EPS.length < 2 || REQUESTED_MODES.length < 3;
+/** Why the poll mode cannot run here (the PM QoS device needs root), or undefined. */
+const POLL_UNAVAILABLE = ((): string | undefined => {
+  const probe = holdCpuIdleLatency(0);
+  if (probe instanceof Error) return probe.message;
+  probe();
+  return undefined;
+})();
+const MODES = REQUESTED_MODES.filter((m) => m !== 'poll' || POLL_UNAVAILABLE === undefined);
 const MARKETS_PATH = '/v1/markets';
 /** Size of the read's response body, from the preflight. */
 let readBytes = 0;
@@ -208,12 +252,15 @@ try {
     const [edgePort, envoyAdmin] = [await freePort(), await freePort()];
     const config = loadConfig({ ...base, EDGE_PORT: String(edgePort), ENVOY_ADMIN_PORT: String(envoyAdmin), AUTHZ_GRPC_PORT: String(authzPortFor), MARKET_PORT: String(marketPortFor) });
     // The access log is formatted and written as in production, to /dev/null instead of stdout.
-    const rendered = renderEnvoy(config, { sdsPath, allowedHeaders: variant === 'all' ? 'all' : 'minimal', accessLogPath: '/dev/null' });
-    const bootstrap = variant === 'bare' ? YAML.stringify(bare(YAML.parse(rendered.bootstrap))) : rendered.bootstrap;
+    const rendered = renderEnvoy(config, { sdsPath, allowedHeaders: variant === 'all' ? 'all' : 'minimal', accessLogPath: LEG_LOG ? join(dir, `access-${name}.log`) : '/dev/null' });
+    let parsed: unknown = YAML.parse(rendered.bootstrap);
+    if (variant === 'bare') parsed = bare(parsed);
+    if (LEG_LOG) parsed = withLegLog(parsed);
+    const bootstrap = YAML.stringify(parsed);
     const file = join(dir, `envoy-${edgePort}.yaml`);
     writeFileSync(file, bootstrap);
     if (rendered.sds !== undefined) writeFileSync(sdsPath, rendered.sds);
-    const envoy = spawnProgram(envoyBinary(), ['-c', file, '--disable-hot-restart', '--concurrency', '1', '-l', 'error'], { logFile: join(dir, `envoy-${name}.log`) });
+    const envoy = spawnProgram(envoyBinary(), ['-c', file, '--disable-hot-restart', '--concurrency', ENVOY_CONCURRENCY, '-l', 'error'], { logFile: join(dir, `envoy-${name}.log`) });
     children.push(envoy);
     const authzGc = variant === 'bare' ? [] : [name === '2' ? GC_FILES.floor : name === '3b' ? GC_FILES.authzB : GC_FILES.authz];
     const marketGc = name === '3b' ? GC_FILES.authzB : GC_FILES.authz;
@@ -261,12 +308,14 @@ try {
 
   const sat = new Map<string, Sample[]>();
   const fixed = new Map<string, Sample[]>();
+  const polled = new Map<string, Sample[]>();
   const k = (s: Stack | string, ep: Ep): string => `${typeof s === 'string' ? s : s.name}|${ep}`;
 
   /** Whether the stack's authz process is a TS service that also serves its market upstream. */
   const servesMarket = (s: Stack): boolean => s.authzPid !== undefined && s.authzPid !== floor.pid;
 
-  async function run(s: Stack, ep: Ep, mode: 'sat' | 'fixed', round: number): Promise<void> {
+  async function run(s: Stack, ep: Ep, mode: Mode, round: number): Promise<void> {
+    const paced = mode !== 'sat';
     const pids = [s.envoy.pid, authz.pid, backend.pid, floor.pid, redisProc, ...(authzB === undefined ? [] : [authzB.pid])];
     const load = (seconds: number, logFile: string): ReturnType<typeof runH2load> => runH2load(h2load as string, {
       url: `http://127.0.0.1:${s.port}${ep === 'markets' ? MARKETS_PATH : '/v1/orders'}`,
@@ -277,7 +326,7 @@ try {
       logFile,
       // Fixed rate: each connection paced at rpsPerClient, the connections opened 1 ms apart so their
       // timers interleave (a request every 1 ms, not bursts of `connections` every 10 ms).
-      ...(mode === 'fixed' ? {
+      ...(paced ? {
         rpsPerClient: FIXED.rpsPerClient, requests: Math.round(FIXED.connections * FIXED.rpsPerClient * seconds),
         connectionRate: { perPeriod: 1, period: `${1000 / (FIXED.connections * FIXED.rpsPerClient)}ms` },
       } : {}),
@@ -285,10 +334,13 @@ try {
     // Fixed rate measures the steady state: the stack sat idle while the others ran, long enough for
     // Envoy to close its market and backend connections (upstream idle_timeout 4 s), so the same
     // load runs FIXED_PRELOAD_S first, unmeasured, and the measured run starts on open connections.
-    if (mode === 'fixed') await load(FIXED_PRELOAD_S, join(dir, `h2load-preload-${s.name}-${ep}-${round}.log`));
+    const release = mode === 'poll' ? holdCpuIdleLatency(0) : undefined;
+    if (release instanceof Error) throw release;
+    if (paced) await load(FIXED_PRELOAD_S, join(dir, `h2load-preload-${mode}-${s.name}-${ep}-${round}.log`));
     const close = startCpuWindow(pids);
     const r = await load(SECONDS, join(dir, `h2load-${mode}-${s.name}-${ep}-${round}.log`));
     const cpu = close();
+    release?.();
     const per = (pid: number): number => ((cpu.cpuSeconds.get(pid) ?? 0) * 1e6) / Math.max(1, r.done);
     const waitPer = (pid: number | undefined): number => (pid === undefined ? Number.NaN : ((cpu.waitSeconds.get(pid) ?? Number.NaN) * 1e6) / Math.max(1, r.done));
     const lat = sortedCopy(r.latenciesUs);
@@ -307,7 +359,7 @@ try {
       authzWaitUs: waitPer(s.authzPid ?? (ep === 'markets' ? authz.pid : undefined)),
       ...(mode === 'fixed' ? { startsUs: r.startsUs, latenciesUs: r.latenciesUs } : {}),
     };
-    const m = mode === 'sat' ? sat : fixed;
+    const m = mode === 'sat' ? sat : mode === 'fixed' ? fixed : polled;
     m.set(k(s, ep), [...(m.get(k(s, ep)) ?? []), sample]);
     log(`${round < 0 ? 'warm-up' : `round ${round + 1}`} ${mode} ${s.label} ${ep}: ${fmt(r.reqPerSec)} req/s, ${r.succeeded}/${r.done} 2xx, `
       + `p50 ${fmt(sample.p50 / 1000, 2)} p99 ${fmt(sample.p99 / 1000, 2)} ms, total ${fmt(sample.totalUs)} µs/req`);
@@ -317,6 +369,7 @@ try {
   for (const s of stacks) for (const ep of EPS) await run(s, ep, MODES[0] ?? 'sat', -1);
   sat.clear();
   fixed.clear();
+  polled.clear();
   for (let round = 0; round < ROUNDS; round++) {
     const order = round % 2 === 0 ? stacks : [...stacks].reverse();
     for (const ep of EPS) for (const mode of MODES) for (const s of order) await run(s, ep, mode, round);
@@ -349,6 +402,7 @@ try {
   const satRows: string[][] = [];
   const fixedRows: string[][] = [];
   const targets: string[][] = [];
+  const pollRows: string[][] = [];
   const headerRows: string[][] = [];
   for (const ep of EPS) {
     for (const s of stacks) {
@@ -368,6 +422,23 @@ try {
     const addedP99Floor = paired(fixed, k('2', ep), k('1', ep), (x, y) => x.p99 - y.p99) / 1000;
     targets.push([epName(ep), '(3) ≥ 90 % of (2) req/s at saturation', `${fmt(ratio * 100)} % (by all servers' CPU per request: ${fmt(capacity * 100)} %)`, ratio >= 0.9 ? '**yes**' : '**no**']);
     targets.push([epName(ep), 'p99 added by (3) over (1) at 1,000 req/s ≤ 2 ms', `${fmt(addedP99, 2)} ms (the floor (2) adds ${fmt(addedP99Floor, 2)} ms)`, addedP99 <= 2 ? '**yes**' : '**no**']);
+    if (polled.size > 0) {
+      const addedPolled = paired(polled, k('3', ep), k('1', ep), (x, y) => x.p99 - y.p99) / 1000;
+      const addedPolledFloor = paired(polled, k('2', ep), k('1', ep), (x, y) => x.p99 - y.p99) / 1000;
+      targets.push([epName(ep), 'the same, idle CPUs polling (see below)', `${fmt(addedPolled, 2)} ms (the floor (2) adds ${fmt(addedPolledFloor, 2)} ms)`, addedPolled <= 2 ? '**yes**' : '**no**']);
+    }
+    for (const s of stacks) {
+      const key = k(s, ep);
+      const halting = fixed.get(key) ?? [];
+      /** Median over rounds of polling minus halting, the same stack in the same round. */
+      const change = (f: (x: Sample) => number): number => median((polled.get(key) ?? []).flatMap((x) => {
+        const y = halting.find((z) => z.round === x.round);
+        return y === undefined ? [] : [f(x) - f(y)];
+      }));
+      pollRows.push([epName(ep), s.label, fmt(med(polled, key, (x) => x.p50) / 1000, 2), fmt(med(polled, key, (x) => x.p99) / 1000, 2),
+        fmt(change((x) => x.p50) / 1000, 2), fmt(change((x) => x.p99) / 1000, 2),
+        fmt(med(polled, key, (x) => x.totalUs)), count(polled.get(key) ?? [])]);
+    }
     // What `allowedHeaders: minimal` buys over `all`: (3*) − (3) in the same round.
     for (const [m, label] of [[fixed, 'at 1,000 req/s'], [sat, 'at saturation']] as const) {
       headerRows.push([epName(ep), label,
@@ -427,6 +498,14 @@ try {
     })]);
   }
 
+  const pollNote = 'In every round, after the fixed-rate runs of an endpoint, each stack runs the same load again with\n'
+    + '`/dev/cpu_dma_latency` held at 0 for that run only (PM QoS, what tuned\'s `latency-performance` profile sets):\n'
+    + 'an idle CPU then polls instead of halting. This machine\'s\n'
+    + `cpuidle driver is \`${cpuidleDriver()}\`. "Change" is polling minus halting, same stack, same round (negative = faster\n`
+    + 'when polling). The polling itself is idle time, charged to no process.';
+  const pollSection = polled.size === 0
+    ? `Not measured in this run${POLL_UNAVAILABLE === undefined ? '' : ` (\`/dev/cpu_dma_latency\`: ${POLL_UNAVAILABLE})`}.`
+    : `${pollNote}\n\n${markdownTable(['Request', 'Stack', 'p50 ms', 'p99 ms', 'change p50 ms', 'change p99 ms', 'all servers µs/req', '2xx'], pollRows, ['l', 'l', 'r', 'r', 'r', 'r', 'r', 'r'])}`;
   const bodyMd = `Run by \`npm run bench:edge\` (bench/edge.ts) on ${new Date().toISOString().slice(0, 10)}: ${machineLine(h2load)},
 Envoy 1.40.0 with \`--concurrency 1\` (one worker per Envoy; the load generator, Envoy, the TS process, Redis and the backend
 share the 2 vCPUs). ${ROUNDS} interleaved rounds of ${SECONDS} s per cell after a warm-up; medians (ratios and differences are
@@ -462,6 +541,10 @@ saturation, where each wake-up serves several.
 ${markdownTable(['Round', 'reads: req/s (3) / (2)', 'reads: p99 ms (1) / (2) / (3) at 1,000 req/s', 'orders: req/s (3) / (2)', 'orders: p99 ms (1) / (2) / (3) at 1,000 req/s'], perRound, ['l', 'r', 'r', 'r', 'r'])}
 
 </details>
+
+### At 1,000 req/s with idle CPUs polling instead of halting
+
+${pollSection}
 
 ### Where the p99 target is lost: slow requests and GC pauses
 

@@ -188,6 +188,45 @@ describe('orders', () => {
     }
   });
 
+  test('access log: the line of a delivered order splits its time into edge_us and upstream_us; a denied order has no upstream time', async () => {
+    const before = stack.backend.deliveries.length;
+    const ok = await request(stack, 'POST', '/v1/orders', { body: orderBody(market, randomBytes(64)), headers: { 'content-type': 'application/json' } });
+    assert.equal(ok.status, 200, ok.text);
+    const okId = String(stack.backend.deliveries[before]?.headers['x-request-id']);
+    const denied = await request(stack, 'POST', '/v1/orders', { body: '{', headers: { 'content-type': 'application/json' } });
+    assert.equal(denied.status, 400, denied.text);
+    const deniedId = denied.headers.get('x-request-id') ?? '';
+    assert.match(deniedId, /^[0-9a-f-]{36}$/);
+    // Envoy flushes its access log every 10 s (--file-flush-interval-msec); reopening the logs flushes it now.
+    assert.equal((await fetch(`${stack.envoyAdmin}/reopen_logs`, { method: 'POST' })).status, 200);
+    const line = (id: string): Record<string, unknown> | undefined => {
+      for (const raw of stack.logs().split('\n')) {
+        const text = raw.replace(/^\[\w+\] /, '');
+        if (!text.startsWith('{') || !text.includes(id)) continue;
+        try { return JSON.parse(text) as Record<string, unknown>; } catch { /* not an access log line */ }
+      }
+      return undefined;
+    };
+    let got: [Record<string, unknown> | undefined, Record<string, unknown> | undefined] = [undefined, undefined];
+    for (let i = 0; i < 50 && (got[0] === undefined || got[1] === undefined); i++) {
+      await sleep(100);
+      got = [line(okId), line(deniedId)];
+    }
+    const [okLine, deniedLine] = got;
+    assert.ok(okLine !== undefined && deniedLine !== undefined, `both access log lines appear (${okId}, ${deniedId}); log tail:\n${stack.logs().slice(-1500)}`);
+    assert.equal(okLine['route'], 'orders');
+    for (const k of ['edge_us', 'upstream_us'] as const) {
+      const v = okLine[k];
+      assert.ok(typeof v === 'number' && Number.isInteger(v) && v > 0, `${k} is a positive count of µs: ${String(v)}`);
+    }
+    // Both legs fit inside the whole request's duration (ms, rounded down).
+    assert.ok((okLine['edge_us'] as number) + (okLine['upstream_us'] as number) < (Number(okLine['duration_ms']) + 1) * 1000);
+    assert.equal(deniedLine['status'], 400);
+    // Envoy leaves a duration with no end point out of the line.
+    assert.equal(deniedLine['edge_us'] ?? null, null);
+    assert.equal(deniedLine['upstream_us'] ?? null, null);
+  });
+
   test('order errors: invalid_json, invalid_order (field), unknown_market, market_closed, deadline_expired, deadline_too_far, invalid_size, payload_too_large — nothing delivered', async () => {
     const closed = uniqueId('0xclosed');
     assert.equal((await ingest(stack, closed, 1, { closed: true })).status, 200);

@@ -499,6 +499,11 @@ export const ACCESS_LOG_FORMAT: Readonly<Record<string, string>> = {
   details: '%RESPONSE_CODE_DETAILS%',
   duration_ms: '%DURATION%',
   response_ms: '%RESPONSE_DURATION%',
+  // Where the time went, in µs (null when the request never went upstream): from the whole
+  // request received to the first byte sent upstream (rate limit, the ext_authz round trip, the
+  // order-body Lua filter, taking an upstream connection), then the upstream's share.
+  edge_us: '%COMMON_DURATION(DS_RX_END:US_TX_BEG:us)%',
+  upstream_us: '%COMMON_DURATION(US_TX_BEG:US_RX_END:us)%',
   upstream_attempts: '%UPSTREAM_REQUEST_ATTEMPT_COUNT%',
   upstream_cluster: '%UPSTREAM_CLUSTER%',
   upstream_host: '%UPSTREAM_HOST%',

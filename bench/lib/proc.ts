@@ -9,7 +9,7 @@
  * should burn at least a few hundred ticks for a per-request figure to be exact to ~1 %.
  */
 import { execFileSync } from 'node:child_process';
-import { readdirSync, readFileSync } from 'node:fs';
+import { closeSync, openSync, readdirSync, readFileSync, writeSync } from 'node:fs';
 
 function clockTicksPerSecond(): number {
   try {
@@ -114,4 +114,32 @@ export function startCpuWindow(pids: readonly number[]): () => CpuSample {
       machineSteal: total > 0 ? (sys1.steal - sys0.steal) / total : 0,
     };
   };
+}
+
+/** The kernel's cpuidle driver (e.g. `haltpoll` in a KVM guest, `intel_idle` on metal), or 'none'. */
+export function cpuidleDriver(): string {
+  try {
+    return readFileSync('/sys/devices/system/cpu/cpuidle/current_driver', 'utf8').trim();
+  } catch {
+    return 'none';
+  }
+}
+
+/**
+ * Asks the kernel to keep every CPU out of idle states slower to leave than `us` µs, through
+ * the PM QoS device /dev/cpu_dma_latency, as tuned's latency-performance profile does; 0 means
+ * idle CPUs poll instead of halting. The request holds while the file stays open: call the
+ * returned function to drop it (closing on exit drops it too). Needs root; returns the error
+ * otherwise.
+ */
+export function holdCpuIdleLatency(us: number): (() => void) | Error {
+  try {
+    const fd = openSync('/dev/cpu_dma_latency', 'w');
+    const value = Buffer.alloc(4);
+    value.writeInt32LE(us);
+    writeSync(fd, value);
+    return () => closeSync(fd);
+  } catch (err) {
+    return err instanceof Error ? err : new Error(String(err));
+  }
 }
