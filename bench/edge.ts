@@ -594,6 +594,31 @@ header of the request (the browser-like ones, h2load's, Envoy's own \`x-forwarde
 
 ### Findings (measured separately on 2026-11-22, not re-measured by the script)
 
+- **Idle CPUs that halt, and where each request's time goes (session 6, measured on 2026-11-23).**
+  - *This machine's vCPUs halt as soon as they idle.* It is a KVM guest with the \`haltpoll\` cpuidle driver and
+    guest halt polling off (\`haltpoll.guest_halt_poll_ns=0\`), so every wake-up goes through the hypervisor. Straight
+    to a server (no Envoy; a scratch harness, 3 rounds), one h2load connection back to back against 10 connections
+    paced at 1,000 req/s gave p50: node:http 96–104 µs against 226–407 µs, node:http2 122–130 against 779–1,153 µs,
+    the grpc-js Check server 161–200 against 1,008–1,821 µs. With \`/dev/cpu_dma_latency\` held at 0 (idle CPUs
+    poll), back to back node:http went from 9,070–9,567 to 46,551 req/s and the grpc-js server from 4,425–4,646 to
+    ~15,000 Checks/s; paced p50 fell to 134 µs (node:http), 312 µs (node:http2) and 672–901 µs (grpc-js).
+    Every hop pays for a wake-up, and (2)/(3) have two more hops than (1).
+  - *Per leg, from Envoy's own clocks* (\`BENCH_LEG_LOG=1\`, 2 rounds at 1,000 req/s, idle CPUs halting): the
+    ext_authz round trip (whole request received → first byte upstream) had p50 0.63–0.90 ms and p99 4.1–8.6 ms
+    in (2) and (3), the upstream leg p50 0.28–0.58 ms and p99 1.9–4.7 ms. In the slowest 1 % of (2)'s and (3)'s
+    requests the ext_authz round trip was the longest leg 70–95 % of the time; in (1) the upstream leg was.
+    The production access log now carries the same split (\`edge_us\`, \`upstream_us\`; docs/envoy.md §9).
+  - *Polling instead of halting* (the table "idle CPUs polling" above, same run, side by side): p50 is lower for
+    every stack, by 0.2–0.9 ms, but the p99 target is still missed, and the allow-all floor (2) misses it too.
+    Three earlier fixed-rate runs with polling held throughout gave (3) +3.39 / +3.99 ms, +2.71 / +2.90 ms and
+    +3.13 / +7.06 ms (reads / orders).
+  - *Polling and Node 24.14.1 together.* With polling held and the TS process on Node 24.14.1 ((3b), without the
+    GC regression below) side by side for 4 rounds, the medians of p99 were reads 4.11 ms and orders 4.60 ms for
+    (3b) against 1.51 and 1.84 ms for (1): +2.6 and +2.8 ms. The floor (2) was +1.7 and +4.4 ms. Neither the idle
+    policy nor the Node regression, nor both removed together, brings (3) within 2 ms of (1) on this machine.
+  - *Two Envoy workers do not help on 2 vCPUs.* \`BENCH_ENVOY_CONCURRENCY=2\` (3 rounds, run right after a
+    concurrency-1 run, not side by side) gave +6.56 / +11.65 ms against +4.17 / +7.72 ms. Not adopted.
+  - Hosts that want the lower p50 can keep idle CPUs polling or shallow (docs/operations.md, "Latency").
 - **Orders now take one round trip to the TS process, not two (session 3).** The payload is decoded by a Lua
   filter inside Envoy from what the ext_authz Check hands over (docs/envoy.md §5) instead of by ext_proc, a
   second gRPC stream per order. Same session, same machine, \`BENCH_ROUNDS=2 BENCH_ONLY_MODES=fixed\`, before → after,
