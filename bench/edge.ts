@@ -507,7 +507,7 @@ try {
     ? `Not measured in this run${POLL_UNAVAILABLE === undefined ? '' : ` (\`/dev/cpu_dma_latency\`: ${POLL_UNAVAILABLE})`}.`
     : `${pollNote}\n\n${markdownTable(['Request', 'Stack', 'p50 ms', 'p99 ms', 'change p50 ms', 'change p99 ms', 'all servers µs/req', '2xx'], pollRows, ['l', 'l', 'r', 'r', 'r', 'r', 'r', 'r'])}`;
   const bodyMd = `Run by \`npm run bench:edge\` (bench/edge.ts) on ${new Date().toISOString().slice(0, 10)}: ${machineLine(h2load)},
-Envoy 1.40.0 with \`--concurrency 1\` (one worker per Envoy; the load generator, Envoy, the TS process, Redis and the backend
+Envoy 1.40.0 with \`--concurrency ${ENVOY_CONCURRENCY}\` (${ENVOY_CONCURRENCY === '1' ? 'one worker' : `${ENVOY_CONCURRENCY} workers`} per Envoy; the load generator, Envoy, the TS process, Redis and the backend
 share the 2 vCPUs). ${ROUNDS} interleaved rounds of ${SECONDS} s per cell after a warm-up; medians (ratios and differences are
 taken within a round, then the median over rounds). CPU from \`/proc/<pid>/stat\` (all threads), divided by the requests of the run.
 
