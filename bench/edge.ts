@@ -25,25 +25,42 @@
  * adds a stack (3b): the full edge against a second TS process started with those Node flags,
  * interleaved with the others, for a side-by-side A/B (BENCH_AUTHZ_B_NODE_ARGS='' with
  * BENCH_AUTHZ_B_NODE_BIN=/path/to/node runs that stack on another Node binary instead);
- * BENCH_LEG_LOG=1 (implies BENCH_KEEP) writes each Envoy's access log to access-<stack>.log in the
- * work directory with per-leg timings in µs (LEG_LOG_FORMAT) instead of to /dev/null.
+ * BENCH_LEG_LOG=1 writes each Envoy's access log to access-<stack>.log in the work directory (kept)
+ * with per-leg timings in µs (LEG_LOG_FORMAT) instead of to /dev/null, and logs each leg's p50/p99.
  */
 
-/** Access log fields for BENCH_LEG_LOG: where each request's time went, in µs, from Envoy's clocks. */
+/**
+ * Access log for BENCH_LEG_LOG: the production fields (edge_us and upstream_us among them) plus the
+ * legs before and after them, in µs from Envoy's clocks.
+ */
 const LEG_LOG_FORMAT = {
-  start: '%START_TIME(%s.%6f)%',
-  route: '%ROUTE_NAME%',
-  status: '%RESPONSE_CODE%',
+  ...ACCESS_LOG_FORMAT,
   // First byte received → last byte received (the request head and body from the client).
   rx_us: '%COMMON_DURATION(DS_RX_BEG:DS_RX_END:us)%',
-  // Whole request received → first byte to the upstream: ext_authz, the Lua filter, picking a connection.
-  filters_us: '%COMMON_DURATION(DS_RX_END:US_TX_BEG:us)%',
-  // First byte to the upstream → last byte of its answer.
-  upstream_us: '%COMMON_DURATION(US_TX_BEG:US_RX_END:us)%',
   // Last byte of the upstream answer → last byte to the client.
   tx_us: '%COMMON_DURATION(US_RX_END:DS_TX_END:us)%',
   total_us: '%COMMON_DURATION(DS_RX_BEG:DS_TX_END:us)%',
 } as const;
+const LEG_FIELDS = ['rx_us', 'edge_us', 'upstream_us', 'tx_us', 'total_us'] as const;
+
+/**
+ * Per route of one access log written with LEG_LOG_FORMAT: p50/p99 of each leg, for the log. Stack (1)
+ * has no filter that buffers the order body, so its orders go upstream before they have arrived whole
+ * and their edge_us means nothing.
+ */
+function legSummary(file: string): string[] {
+  const byRoute = new Map<string, Record<string, unknown>[]>();
+  for (const line of readFileSync(file, 'utf8').split('\n')) {
+    if (!line.startsWith('{')) continue;
+    const row = JSON.parse(line) as Record<string, unknown>;
+    const route = String(row['route']);
+    byRoute.set(route, [...(byRoute.get(route) ?? []), row]);
+  }
+  return [...byRoute].map(([route, rows]) => `${route} (${rows.length} requests): ${LEG_FIELDS.map((f) => {
+    const v = sortedCopy(rows.flatMap((r) => (typeof r[f] === 'number' ? [r[f]] : [])));
+    return `${f} p50 ${fmt(percentile(v, 50))} p99 ${fmt(percentile(v, 99))}`;
+  }).join(', ')}`);
+}
 
 /** Replaces the json_format of every access log in a parsed bootstrap (BENCH_LEG_LOG). */
 function withLegLog(node: unknown): unknown {
@@ -55,7 +72,7 @@ function withLegLog(node: unknown): unknown {
 }
 import { execFileSync } from 'node:child_process';
 import { createHash, createHmac, generateKeyPairSync, randomBytes, sign } from 'node:crypto';
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -64,7 +81,7 @@ import YAML from 'yaml';
 import { loadConfig } from '../authz/src/config.ts';
 import { freePort, PrivateRedis } from '../authz/test/redis-server.ts';
 import { envoyBinary } from '../envoy/envoy-bin.ts';
-import { renderEnvoy } from '../envoy/render.ts';
+import { ACCESS_LOG_FORMAT, renderEnvoy } from '../envoy/render.ts';
 import { generateDevPki } from '../scripts/dev/certs.ts';
 import { forkNode, spawnProgram, type Child } from './lib/child.ts';
 import { duringPause, GC_PAUSES_IMPORT, readGcPauses } from './lib/gc-pauses.ts';
@@ -150,6 +167,7 @@ const REQUESTED_MODES = (['sat', 'fixed', 'poll'] as const).filter((m) => only('
 const SUBSET = EPS.length < 2 || REQUESTED_MODES.length < 3;
 /** Why the poll mode cannot run here (the PM QoS device needs root), or undefined. */
 const POLL_UNAVAILABLE = ((): string | undefined => {
+  if (!REQUESTED_MODES.includes('poll')) return undefined;
   const probe = holdCpuIdleLatency(0);
   if (probe instanceof Error) return probe.message;
   probe();
@@ -387,17 +405,24 @@ try {
     if (process.env['BENCH_KEEP'] === '1') writeFileSync(join(dir, `envoy-${s.name}-timing.txt`), text.split('\n').filter((l) => /rq_time/.test(l)).join('\n'));
     if (bad.length > 0) errors.push(`${s.label}: ${bad.map((b) => `\`${b}\``).join(', ')}`);
   }
+  if (LEG_LOG) {
+    // Envoy writes its access log in batches; reopening the logs flushes them.
+    for (const s of stacks) await fetch(`http://127.0.0.1:${s.adminPort}/reopen_logs`, { method: 'POST' });
+    await sleep(500);
+    for (const s of stacks) for (const line of legSummary(join(dir, `access-${s.name}.log`))) log(`legs ${s.label} ${line}`);
+  }
 
   // ── Report ────────────────────────────────────────────────────────────────────────────────
   const med = (m: Map<string, Sample[]>, key: string, f: (x: Sample) => number): number => median((m.get(key) ?? []).map(f));
   /** Median over rounds of f(a-sample, b-sample) for the same round. */
-  const paired = (m: Map<string, Sample[]>, a: string, b: string, f: (x: Sample, y: Sample) => number): number => {
-    const bs = m.get(b) ?? [];
-    return median((m.get(a) ?? []).flatMap((x) => {
+  const pairedAcross = (ma: Map<string, Sample[]>, a: string, mb: Map<string, Sample[]>, b: string, f: (x: Sample, y: Sample) => number): number => {
+    const bs = mb.get(b) ?? [];
+    return median((ma.get(a) ?? []).flatMap((x) => {
       const y = bs.find((z) => z.round === x.round);
       return y === undefined ? [] : [f(x, y)];
     }));
   };
+  const paired = (m: Map<string, Sample[]>, a: string, b: string, f: (x: Sample, y: Sample) => number): number => pairedAcross(m, a, m, b, f);
   const count = (list: readonly Sample[]): string => `${list.reduce((a, x) => a + x.ok, 0)}/${list.reduce((a, x) => a + x.done, 0)}`;
   const satRows: string[][] = [];
   const fixedRows: string[][] = [];
@@ -426,18 +451,13 @@ try {
       const addedPolled = paired(polled, k('3', ep), k('1', ep), (x, y) => x.p99 - y.p99) / 1000;
       const addedPolledFloor = paired(polled, k('2', ep), k('1', ep), (x, y) => x.p99 - y.p99) / 1000;
       targets.push([epName(ep), 'the same, idle CPUs polling (see below)', `${fmt(addedPolled, 2)} ms (the floor (2) adds ${fmt(addedPolledFloor, 2)} ms)`, addedPolled <= 2 ? '**yes**' : '**no**']);
-    }
-    for (const s of stacks) {
-      const key = k(s, ep);
-      const halting = fixed.get(key) ?? [];
-      /** Median over rounds of polling minus halting, the same stack in the same round. */
-      const change = (f: (x: Sample) => number): number => median((polled.get(key) ?? []).flatMap((x) => {
-        const y = halting.find((z) => z.round === x.round);
-        return y === undefined ? [] : [f(x) - f(y)];
-      }));
-      pollRows.push([epName(ep), s.label, fmt(med(polled, key, (x) => x.p50) / 1000, 2), fmt(med(polled, key, (x) => x.p99) / 1000, 2),
-        fmt(change((x) => x.p50) / 1000, 2), fmt(change((x) => x.p99) / 1000, 2),
-        fmt(med(polled, key, (x) => x.totalUs)), count(polled.get(key) ?? [])]);
+      for (const s of stacks) {
+        const key = k(s, ep);
+        // Polling minus halting, the same stack in the same round.
+        const change = (f: (x: Sample) => number): number => pairedAcross(polled, key, fixed, key, (x, y) => f(x) - f(y)) / 1000;
+        pollRows.push([epName(ep), s.label, fmt(med(polled, key, (x) => x.p50) / 1000, 2), fmt(med(polled, key, (x) => x.p99) / 1000, 2),
+          fmt(change((x) => x.p50), 2), fmt(change((x) => x.p99), 2), fmt(med(polled, key, (x) => x.totalUs)), count(polled.get(key) ?? [])]);
+      }
     }
     // What `allowedHeaders: minimal` buys over `all`: (3*) − (3) in the same round.
     for (const [m, label] of [[fixed, 'at 1,000 req/s'], [sat, 'at saturation']] as const) {
@@ -500,9 +520,9 @@ try {
 
   const pollNote = 'In every round, after the fixed-rate runs of an endpoint, each stack runs the same load again with\n'
     + '`/dev/cpu_dma_latency` held at 0 for that run only (PM QoS, what tuned\'s `latency-performance` profile sets):\n'
-    + 'an idle CPU then polls instead of halting. This machine\'s\n'
-    + `cpuidle driver is \`${cpuidleDriver()}\`. "Change" is polling minus halting, same stack, same round (negative = faster\n`
-    + 'when polling). The polling itself is idle time, charged to no process.';
+    + `an idle CPU then polls instead of halting. This machine's cpuidle driver is \`${cpuidleDriver()}\`. "Change" is\n`
+    + 'polling minus halting, same stack, same round (negative = faster when polling). The polling itself is idle\n'
+    + 'time, charged to no process.';
   const pollSection = polled.size === 0
     ? `Not measured in this run${POLL_UNAVAILABLE === undefined ? '' : ` (\`/dev/cpu_dma_latency\`: ${POLL_UNAVAILABLE})`}.`
     : `${pollNote}\n\n${markdownTable(['Request', 'Stack', 'p50 ms', 'p99 ms', 'change p50 ms', 'change p99 ms', 'all servers µs/req', '2xx'], pollRows, ['l', 'l', 'r', 'r', 'r', 'r', 'r', 'r'])}`;

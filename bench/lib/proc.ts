@@ -133,13 +133,16 @@ export function cpuidleDriver(): string {
  * otherwise.
  */
 export function holdCpuIdleLatency(us: number): (() => void) | Error {
+  let fd: number | undefined;
   try {
-    const fd = openSync('/dev/cpu_dma_latency', 'w');
+    fd = openSync('/dev/cpu_dma_latency', 'w');
     const value = Buffer.alloc(4);
     value.writeInt32LE(us);
     writeSync(fd, value);
-    return () => closeSync(fd);
+    const held = fd;
+    return () => closeSync(held);
   } catch (err) {
+    if (fd !== undefined) closeSync(fd);
     return err instanceof Error ? err : new Error(String(err));
   }
 }
