@@ -612,7 +612,7 @@ header of the request (the browser-like ones, h2load's, Envoy's own \`x-forwarde
 - The access log is formatted and written for every request, to /dev/null instead of stdout.
 - Envoy's error counters after the run: ${errors.length === 0 ? 'none' : errors.join('; ')}.
 
-### Findings (measured separately on 2026-11-22, not re-measured by the script)
+### Findings (measured separately on 2026-11-22 and 2026-11-23, not re-measured by the script)
 
 - **Idle CPUs that halt, and where each request's time goes (session 6, measured on 2026-11-23).**
   - *This machine's vCPUs halt as soon as they idle.* It is a KVM guest with the \`haltpoll\` cpuidle driver and

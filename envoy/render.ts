@@ -499,7 +499,7 @@ export const ACCESS_LOG_FORMAT: Readonly<Record<string, string>> = {
   details: '%RESPONSE_CODE_DETAILS%',
   duration_ms: '%DURATION%',
   response_ms: '%RESPONSE_DURATION%',
-  // Where the time went, in µs (left out of the line when the request never went upstream): from the whole
+  // Where the time went, in µs (null when the request never went upstream): from the whole
   // request received to the first byte sent upstream (rate limit, the ext_authz round trip, the
   // order-body Lua filter, taking an upstream connection), then the upstream's share.
   edge_us: '%COMMON_DURATION(DS_RX_END:US_TX_BEG:us)%',

@@ -143,8 +143,8 @@ say(`READY  ${edge}/healthz → 200
   envoy admin   http://127.0.0.1:${config.envoyAdminPort}
   try it:
     set -a; . .run/dev.env; set +a
-    scripts/node scripts/edge-client.ts demo-ingest 0xdemo 1
+    EDGE_PORT=${config.edgePort} scripts/node scripts/edge-client.ts demo-ingest 0xdemo
     curl -s ${edge}/v1/markets | head -c 300; echo
     head -c 64 /dev/urandom > /tmp/order.bin
-    scripts/node scripts/edge-client.ts order 0xdemo 10 /tmp/order.bin
+    EDGE_PORT=${config.edgePort} scripts/node scripts/edge-client.ts order 0xdemo 10 /tmp/order.bin
   Ctrl-C seals and stops everything.`);

@@ -99,7 +99,7 @@ export function createMarketService(deps: MarketServiceDeps): MarketService {
     labelNames: ['route', 'status'] as const, registers: [deps.registry],
   });
   const ingests = new Counter({
-    name: 'edge_market_ingest_total', help: 'Ingest outcomes at the market service (stored, stale, rejected, store_error)',
+    name: 'edge_market_ingest_total', help: 'Ingest outcomes at the market service (stored, stale, rejected, store_error, outcome_unknown)',
     labelNames: ['outcome'] as const, registers: [deps.registry],
   });
 
