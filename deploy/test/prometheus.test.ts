@@ -38,6 +38,24 @@ test('prometheus – alert rules reference only metrics the service exports', as
   }
 });
 
+test('prometheus – every metric the README and docs/operations.md name is exported', async () => {
+  const metrics = [...(await exported()).keys()];
+  // Envoy's access-log fields (edge_us, …) share the prefix; they are not metrics.
+  const { ACCESS_LOG_FORMAT } = await import('../../envoy/render.ts');
+  const logFields = new Set(Object.keys(ACCESS_LOG_FORMAT));
+  for (const doc of ['README.md', 'docs/operations.md']) {
+    const text = readFileSync(join(ROOT, doc), 'utf8');
+    const named = [...text.matchAll(/`(edge_[a-z_]+)(\*?)/g)];
+    assert.ok(named.length >= 5, `${doc} names metrics`);
+    for (const [, name, star] of named) {
+      if (logFields.has(name!)) continue;
+      // A histogram is named by its base name; the exposition has its _bucket/_sum/_count.
+      const ok = star === '*' ? metrics.some((m) => m.startsWith(name!)) : metrics.includes(name!) || metrics.includes(`${name!}_bucket`);
+      assert.ok(ok, `${doc} names ${name}${star} but the service does not export it`);
+    }
+  }
+});
+
 test('prometheus – every alert has a response in docs/operations.md', () => {
   const ops = readFileSync(join(ROOT, 'docs/operations.md'), 'utf8');
   for (const r of rules) assert.ok(new RegExp(`^\\| ${r.alert} \\|`, 'm').test(ops), `${r.alert} has no row in the operations alert table`);
