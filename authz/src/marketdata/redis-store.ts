@@ -150,6 +150,14 @@ interface PageEntry {
  */
 export const PAGE_CACHE_MAX_BYTES = 32 * 1_048_576;
 
+/**
+ * Bounds on the market lookup cache, oldest entry dropped first. Markets that exist are bounded
+ * by what the feed stored; markets that do not are chosen by clients (any valid `marketId` of an
+ * order), so their entries have a bound of their own and cannot push out the real ones.
+ */
+export const MARKET_CACHE_MAX_ENTRIES = 200_000;
+export const MARKET_MISS_CACHE_MAX_ENTRIES = 10_000;
+
 export interface RedisStoreOptions {
   readonly cacheTtlMs: number;
   readonly now?: () => number;
@@ -160,6 +168,8 @@ export class RedisMarketStore implements MarketStore {
   readonly #redis: Redis;
   readonly #sub: Redis;
   readonly #cache = new Map<string, CacheEntry>();
+  /** Lookups of markets that do not exist (client-chosen ids): a separate, smaller bound. */
+  readonly #misses = new Map<string, CacheEntry>();
   readonly #pages = new Map<string, PageEntry>();
   #pageBytes = 0;
   /** Bumped by every invalidation; a read started before one is not cached after it. */
@@ -218,9 +228,11 @@ export class RedisMarketStore implements MarketStore {
     // A lookup already in flight may have read the old value: later callers must not join it.
     if (id === undefined) {
       this.#cache.clear();
+      this.#misses.clear();
       this.#inflight.clear();
     } else {
       this.#cache.delete(id);
+      this.#misses.delete(id);
       this.#inflight.delete(id);
     }
     // Any write may change any page: a read already in flight must not be joined either.
@@ -233,15 +245,29 @@ export class RedisMarketStore implements MarketStore {
 
   /** Synchronous on a fresh cache hit; a Promise (one Redis round trip, shared by concurrent callers) on a miss. */
   get(conditionId: string): MarketMeta | undefined | Promise<MarketMeta | undefined> {
-    const hit = this.#cache.get(conditionId);
+    const hit = this.#cache.get(conditionId) ?? this.#misses.get(conditionId);
     const now = this.#now();
     if (hit !== undefined && hit.expires > now && this.#subscribed) return hit.meta;
     const generation = this.#generation;
     return shareInFlight(this.#inflight, conditionId, () => this.#fetch([conditionId]).then(([m]) => {
       const meta = m === undefined ? undefined : metaOfItem(m.item);
-      if (this.#subscribed && generation === this.#generation) this.#cache.set(conditionId, { meta, expires: this.#now() + this.#opts.cacheTtlMs });
+      if (this.#subscribed && generation === this.#generation) this.#remember(conditionId, meta);
       return meta;
     }));
+  }
+
+  /** Caches a lookup; each map drops its oldest entry when full (Map keeps insertion order). */
+  #remember(conditionId: string, meta: MarketMeta | undefined): void {
+    this.#cache.delete(conditionId);
+    this.#misses.delete(conditionId);
+    const [map, max] = meta === undefined ? [this.#misses, MARKET_MISS_CACHE_MAX_ENTRIES] : [this.#cache, MARKET_CACHE_MAX_ENTRIES];
+    if (map.size >= max) map.delete(map.keys().next().value!);
+    map.set(conditionId, { meta, expires: this.#now() + this.#opts.cacheTtlMs });
+  }
+
+  /** Entries held by the lookup cache (markets that exist, and lookups of ids that do not). */
+  get cachedLookups(): { readonly markets: number; readonly misses: number } {
+    return { markets: this.#cache.size, misses: this.#misses.size };
   }
 
   /**

@@ -11,7 +11,7 @@ import type { Redis } from 'ioredis';
 import { createRedis } from '../../src/adapters/redis.ts';
 import { createLogger } from '../../src/log.ts';
 import { createMarketService, type MarketService } from '../../src/marketdata/http.ts';
-import { INVALIDATION_CHANNEL, MARKET_KEY_PREFIX, RedisMarketStore } from '../../src/marketdata/redis-store.ts';
+import { INVALIDATION_CHANNEL, MARKET_KEY_PREFIX, MARKET_MISS_CACHE_MAX_ENTRIES, RedisMarketStore } from '../../src/marketdata/redis-store.ts';
 import { MemoryMarketStore, type MarketStore } from '../../src/marketdata/store.ts';
 import { validateDocument, type MarketDocument } from '../../src/feed/schema.ts';
 import { PrivateRedis } from '../redis-server.ts';
@@ -118,6 +118,21 @@ describe('market service on Redis', () => {
       await sleep(10);
     }
     assert.equal(seen, true);
+  });
+
+  test('lookups of unknown markets (client-chosen ids) are cached within their own bound and never push out real markets', async () => {
+    await a.store.put(doc('0xreal', 1), env(marketDoc('0xreal', 1)));
+    await sleep(20);
+    assert.equal((await a.store.get('0xreal'))?.closed, false);
+    const store = a.store as RedisMarketStore;
+    const extra = 500;
+    const ids = Array.from({ length: MARKET_MISS_CACHE_MAX_ENTRIES + extra }, (_, i) => `0xnone${i}`);
+    for (let i = 0; i < ids.length; i += 1000) await Promise.all(ids.slice(i, i + 1000).map((id) => store.get(id)));
+    assert.deepEqual(store.cachedLookups, { markets: 1, misses: MARKET_MISS_CACHE_MAX_ENTRIES });
+    // The oldest misses were dropped, the newest are answered from memory, and the real market is still a hit.
+    assert.ok(store.get(ids[0]!) instanceof Promise, 'the oldest miss was dropped');
+    assert.equal(store.get(ids.at(-1)!), undefined, 'the newest miss is a synchronous hit');
+    assert.equal((store.get('0xreal') as { closed: boolean }).closed, false, 'the real market is still cached');
   });
 
   test('page cache: a repeated read comes from memory; an invalidation (pub/sub from any replica, or a local write) drops it at once', async () => {
