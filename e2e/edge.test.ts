@@ -51,6 +51,57 @@ describe('public endpoints', () => {
     const bad = await request(stack, 'GET', '/v1/markets?limit=0');
     assert.equal(bad.status, 400);
     assert.equal(errorCode(bad), 'invalid_query');
+    for (const method of ['GET', 'PUT', 'DELETE']) {
+      const orders405 = await fetch(`${stack.edgeUrl}/v1/orders`, { method, headers: { 'x-forwarded-for': allowedIp() } });
+      assert.equal(orders405.status, 405, `${method} /v1/orders`);
+      assert.equal(orders405.headers.get('allow'), 'POST');
+      assert.equal(((await orders405.json()) as { error: string }).error, 'method_not_allowed');
+    }
+  });
+
+  test('malformed HTTP is the client\'s fault: 400/431 bad_request JSON, never a 5xx; headers Envoy accepts are served', async () => {
+    const { connect } = await import('node:net');
+    const url = new URL(stack.edgeUrl);
+    const raw = (text: string): Promise<[number, Record<string, unknown>]> => new Promise((resolve, reject) => {
+      // write, not end: Envoy treats a half-closed downstream as gone and answers nothing.
+      const sock = connect(Number(url.port), url.hostname, () => sock.write(text));
+      let got = '';
+      sock.on('data', (d: Buffer) => { got += d.toString('latin1'); });
+      sock.on('end', () => {
+        const [head, body] = [got.slice(0, got.indexOf('\r\n\r\n')), got.slice(got.indexOf('\r\n\r\n') + 4)];
+        try { resolve([Number(head.split(' ')[1]), JSON.parse(body) as Record<string, unknown>]); } catch (e) { reject(new Error(`${String(e)}: ${got}`)); }
+      });
+      sock.on('error', reject);
+    });
+    // Envoy answers an unsupported transfer-encoding with 501; the catch-all used to make it a 503.
+    for (const te of ['xchunked', 'chunked, identity']) {
+      const [status, body] = await raw(`POST /v1/orders HTTP/1.1\r\nhost: x\r\ntransfer-encoding: ${te}\r\nconnection: close\r\n\r\n{}`);
+      assert.deepEqual([status, body['error']], [400, 'bad_request'], `transfer-encoding: ${te}`);
+    }
+    // Over HTTP/2 an unknown method reaches the market service, whose parser refuses it.
+    const { connect: h2connect } = await import('node:http2');
+    const session = h2connect(stack.edgeUrl);
+    try {
+      const [status, body] = await new Promise<[number, string]>((resolve, reject) => {
+        const req = session.request({ ':path': '/', ':method': 'FOO', 'x-forwarded-for': allowedIp() });
+        let st = 0;
+        let data = '';
+        req.on('response', (h) => { st = Number(h[':status']); });
+        req.setEncoding('utf8');
+        req.on('data', (c: string) => { data += c; });
+        req.on('end', () => resolve([st, data]));
+        req.on('error', reject);
+        req.end();
+      });
+      assert.deepEqual([status, (JSON.parse(body) as { error: string }).error], [400, 'bad_request'], body);
+    } finally {
+      session.close();
+    }
+    // 17 KiB of headers: over Node's default 16 KiB, under Envoy's 60 KiB.
+    const big = await request(stack, 'GET', '/', { headers: { 'x-big': 'a'.repeat(17 * 1024) } });
+    assert.equal(big.status, 200, big.text);
+    const [tooBig, tooBigBody] = await raw(`GET / HTTP/1.1\r\nhost: x\r\nx-big: ${'a'.repeat(61 * 1024)}\r\nconnection: close\r\n\r\n`);
+    assert.deepEqual([tooBig, tooBigBody['error']], [431, 'bad_request']);
   });
 });
 

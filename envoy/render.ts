@@ -71,6 +71,7 @@ export const ROUTE = {
   internal: 'internal_not_found',
   orders: 'orders',
   ordersNoBackend: 'orders_no_backend',
+  ordersMethod: 'orders_method_not_allowed',
   read: 'read',
 } as const;
 export const FILTER = {
@@ -185,6 +186,11 @@ function cel(expression: string): JsonObject {
   };
 }
 
+/** Any 5xx status (the runtime key is required by the filter's API; nothing sets it). */
+function status5xx(): JsonObject {
+  return { status_code_filter: { comparison: { op: 'GE', value: { default_value: 500, runtime_key: 'edge.local_reply.status_5xx' } } } };
+}
+
 function flagsOnCluster(flags: readonly string[], cluster: string): JsonObject {
   return { and_filter: { filters: [{ response_flag_filter: { flags: [...flags] } }, cel(`xds.cluster_name == '${cluster}'`)] } };
 }
@@ -211,6 +217,7 @@ export const UPSTREAM_TIMEOUT_MESSAGE = 'upstream service did not answer in time
 export const BAD_REQUEST_CODE = 'bad_request';
 export const BAD_REQUEST_MESSAGES: readonly (readonly [number | undefined, string])[] = [
   [408, 'request was not received in time'],
+  [426, 'HTTP/1.1 or HTTP/2 required'],
   [431, 'request headers are too large'],
   [undefined, 'malformed HTTP request'],
 ];
@@ -220,9 +227,11 @@ export const BAD_REQUEST_MESSAGES: readonly (readonly [number | undefined, strin
  *  1. ext_authz denials, and any reply that already is JSON (the order-body filter's 503),
  *     pass through byte-identical: the TS service already wrote CONTRACT JSON, 451 included.
  *  2. UAEX that is not a denial = authz unreachable/timed out → 503 service_unavailable.
- *  3. Order backend: not delivered → 502; outcome unknown → 504.
- *  4. By status: 404, 405, 413, 429, 502, 503, 504 (market timeout); any other 5xx → 503.
- *  5. Envoy's own 4xx (malformed HTTP, header timeout, headers too large) → `bad_request`.
+ *  3. Envoy's 501 for a request it cannot parse (unsupported transfer-encoding) → 400
+ *     `bad_request`: the client's input, not a dependency, is at fault.
+ *  4. Order backend: not delivered → 502; outcome unknown → 504.
+ *  5. By status: 404, 405, 413, 429, 502, 503, 504 (market timeout); any other 5xx → 503.
+ *  6. Envoy's own 4xx (malformed HTTP, header timeout, headers too large) → `bad_request`.
  */
 export function localReplyConfig(): JsonObject {
   const byStatus: [number, ErrorCode][] = [
@@ -250,6 +259,13 @@ export function localReplyConfig(): JsonObject {
         body_format_override: contractBody('service_unavailable'),
       },
       {
+        // Envoy's only local 501: a request it cannot parse (unsupported transfer-encoding). The
+        // DPE flag is not set yet when the mapper runs (verified in 1.40), so the status decides.
+        filter: statusIs(501),
+        status_code: ERROR_STATUS.bad_request,
+        body_format_override: jsonBody(BAD_REQUEST_CODE, BAD_REQUEST_MESSAGES.at(-1)![1]),
+      },
+      {
         filter: flagsOnCluster(NOT_DELIVERED_FLAGS, CLUSTER.orderBackend),
         status_code: ERROR_STATUS.backend_unavailable,
         body_format_override: contractBody('backend_unavailable'),
@@ -271,7 +287,7 @@ export function localReplyConfig(): JsonObject {
         body_format_override: jsonBody('backend_timeout', UPSTREAM_TIMEOUT_MESSAGE),
       },
       {
-        filter: { status_code_filter: { comparison: { op: 'GE', value: { default_value: 500, runtime_key: 'edge.local_reply.status_5xx' } } } },
+        filter: status5xx(),
         status_code: ERROR_STATUS.service_unavailable,
         body_format_override: contractBody('service_unavailable'),
       },
@@ -430,6 +446,7 @@ const STREAM_IDLE_TIMEOUT_MS = 30_000;
  *     the market service's internal paths
  *   POST /v1/orders → order backend /orders (body ORDER_MAX_BYTES, order-body Lua filter, no retries);
  *     502 backend_unavailable when no backend is configured
+ *   /v1/orders, other methods → 405 (Envoy), `allow: POST`
  *   anything else → market (it answers 404/405 itself)
  */
 export function routes(config: Config): JsonObject[] {
@@ -468,6 +485,7 @@ export function routes(config: Config): JsonObject[] {
       },
     });
   }
+  table.push(directResponse(ROUTE.ordersMethod, { path: ORDERS_PATH }, ERROR_STATUS.method_not_allowed, 'read', config, [['allow', 'POST']]));
   table.push({
     name: ROUTE.read,
     match: { prefix: '/' },
@@ -491,7 +509,8 @@ export const ACCESS_LOG_FORMAT: Readonly<Record<string, string>> = {
   peer: '%DOWNSTREAM_DIRECT_REMOTE_ADDRESS_WITHOUT_PORT%',
   protocol: '%PROTOCOL%',
   method: '%REQ(:METHOD)%',
-  // Path as the client sent it (before prefix_rewrite), query string removed.
+  // The request's path at logging time, query string removed: after the route's prefix_rewrite, so
+  // an order is logged as /orders (the route field says it came in on /v1/orders).
   path: '%PATH(NQ)%',
   route: '%ROUTE_NAME%',
   status: '%RESPONSE_CODE%',

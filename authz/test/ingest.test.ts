@@ -52,6 +52,11 @@ function validBody(doc: Record<string, unknown> = marketDoc(CID, 7), key: FeedKe
   return Buffer.from(JSON.stringify({ conditionId: CID, ...envelopeFor(doc, key) }), 'utf8');
 }
 
+/** `n` arrays inside each other. */
+function nested(n: number): unknown {
+  return JSON.parse('['.repeat(n) + ']'.repeat(n)) as unknown;
+}
+
 const codeOf = (d: Decision | undefined): Code => (d === undefined ? 'ok' : d.code);
 
 function assertDecision(d: Decision, code: Code): void {
@@ -496,6 +501,13 @@ const envelopeCases: Record<string, [body: Buffer, expected: Code]> = {
   'outcome without tokenId': [validBody(marketDoc(CID, 7, { outcomes: [{ name: 'Yes' }] })), 'invalid_envelope'],
   'endTime negative': [validBody(marketDoc(CID, 7, { endTime: -1 })), 'invalid_envelope'],
   'updatedAt a float': [validBody(marketDoc(CID, 7, { updatedAt: 1.5 })), 'invalid_envelope'],
+  // nesting: MAX_DOCUMENT_DEPTH (64) levels, the document object being the first
+  'an unknown field nesting 64 levels': [validBody(marketDoc(CID, 7, { extra: nested(63) })), 'ok'],
+  'an unknown field nesting 65 levels': [validBody(marketDoc(CID, 7, { extra: nested(64) })), 'invalid_envelope'],
+  'an unknown field nesting 5,000 levels (past what JSON.stringify can serialise)': [
+    signedDocBody(Buffer.from(`${JSON.stringify(marketDoc(CID, 7)).slice(0, -1)},"extra":${'['.repeat(4999)}${']'.repeat(4999)}}`)),
+    'invalid_envelope',
+  ],
 };
 
 for (const [name, [body, expected]] of Object.entries(envelopeCases)) {

@@ -247,7 +247,8 @@ for (const [name, variant] of Object.entries(VARIANTS)) {
       for (const m of lr.mappers.slice(1)) {
         const body = at(m, 'body_format_override.json_format') as Obj;
         const code = body['error'] as string;
-        if (code === BAD_REQUEST_CODE) assert.equal(m['status_code'], undefined, 'Envoy 4xx keep their status');
+        const is501 = findKeys(m['filter'], 'default_value')[0] === 501;
+        if (code === BAD_REQUEST_CODE && !is501) assert.equal(m['status_code'], undefined, 'Envoy 4xx keep their status');
         else assert.equal(m['status_code'], ERROR_STATUS[code as keyof typeof ERROR_STATUS], `mapper status matches the CONTRACT code ${code}`);
         assert.equal(at(m, 'body_format_override.content_type'), 'application/json');
       }
@@ -259,6 +260,13 @@ for (const [name, variant] of Object.entries(VARIANTS)) {
       assert.deepEqual(byStatus.get(413), { error: 'payload_too_large', message: ERROR_MESSAGE.payload_too_large });
       assert.deepEqual(byStatus.get(404), { error: 'not_found', message: ERROR_MESSAGE.not_found });
       assert.equal(at(lr.body_format, 'content_type'), 'application/json');
+      // Envoy's 501 for the client's own malformed request (unsupported transfer-encoding) is a
+      // 400 bad_request, matched before the 5xx catch-all → 503.
+      const dpeAt = lr.mappers.findIndex((m) => findKeys(m['filter'], 'default_value')[0] === 501);
+      const catchAllAt = lr.mappers.findIndex((m) => (m['filter'] as Obj)['status_code_filter'] !== undefined && JSON.stringify(m['filter']).includes('"GE"'));
+      assert.ok(dpeAt > 0 && catchAllAt > dpeAt, `DPE mapper ${dpeAt} before the 5xx catch-all ${catchAllAt}`);
+      assert.equal(lr.mappers[dpeAt]!['status_code'], 400);
+      assert.equal((at(lr.mappers[dpeAt], 'body_format_override.json_format') as Obj)['error'], BAD_REQUEST_CODE);
     });
 
     if (variant.env['ORDER_BACKEND_URL'] === undefined) {

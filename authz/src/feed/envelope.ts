@@ -65,6 +65,27 @@ export type DocumentCheck =
   | { readonly ok: true; readonly document: MarketDocument }
   | { readonly ok: false; readonly message: string };
 
+/**
+ * Nesting bound for a feed document (a market record is 3 levels deep). Unknown fields are kept
+ * and stored, and storing serialises the document again, which recursion-bound serialisers
+ * cannot do past a few thousand levels: the bound keeps that a 400 and not a store failure.
+ */
+export const MAX_DOCUMENT_DEPTH = 64;
+
+/** Whether arrays/objects nest deeper than `limit` (iterative: no recursion on client input). */
+export function nestedDeeperThan(value: unknown, limit: number): boolean {
+  const stack: [unknown, number][] = [[value, 1]];
+  while (stack.length > 0) {
+    const [v, depth] = stack.pop()!;
+    if (typeof v !== 'object' || v === null) continue;
+    if (depth > limit) return true;
+    for (const child of Array.isArray(v) ? v : Object.values(v)) {
+      if (typeof child === 'object' && child !== null) stack.push([child, depth + 1]);
+    }
+  }
+  return false;
+}
+
 /** The decoded document must be a JSON object matching the market schema and the body's conditionId. */
 export function checkDocument(bytes: Buffer, conditionId: string): DocumentCheck {
   let doc: unknown;
@@ -72,6 +93,9 @@ export function checkDocument(bytes: Buffer, conditionId: string): DocumentCheck
     doc = JSON.parse(new TextDecoder('utf-8', { fatal: true }).decode(bytes));
   } catch {
     return { ok: false, message: 'document is not UTF-8 JSON' };
+  }
+  if (nestedDeeperThan(doc, MAX_DOCUMENT_DEPTH)) {
+    return { ok: false, message: `document is nested deeper than ${MAX_DOCUMENT_DEPTH} levels` };
   }
   const result = validateDocument(doc);
   if (!result.ok) return result;

@@ -9,7 +9,7 @@ import { createHash, type KeyObject } from 'node:crypto';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import { Ajv } from 'ajv';
 import { Counter, type Registry } from 'prom-client';
-import { errorJson, ERROR_STATUS, type ErrorCode } from '../errors.ts';
+import { ERROR_MESSAGE, errorJson, ERROR_STATUS, type ErrorCode } from '../errors.ts';
 import { checkDocument, parseIngestBody, verifyEnvelopeSignature } from '../feed/envelope.ts';
 import type { Logger } from '../log.ts';
 import { MARKETS_QUERY_SCHEMA, QUOTES_QUERY_SCHEMA, ROOT_BODY, type ListQuery } from './schemas.ts';
@@ -34,9 +34,17 @@ export interface MarketService {
 }
 
 const JSON_TYPE = 'application/json';
+/** Above Envoy's 60 KiB request-header limit plus what Envoy adds (forwarding headers, request id). */
+export const MAX_HEADER_BYTES = 80 * 1024;
 const ROUTES: Record<string, string> = {
   '/': 'GET', '/healthz': 'GET', '/v1/markets': 'GET', '/v1/quotes': 'GET', '/internal/ingest/market': 'POST',
 };
+
+/** The metrics label of a request: one of ROUTES, else `other` (never a client-chosen path). */
+function routeLabel(req: IncomingMessage): string {
+  const path = new URL(req.url ?? '/', 'http://market.local').pathname;
+  return ROUTES[path] === undefined ? 'other' : path;
+}
 
 class HttpError extends Error {
   readonly code: ErrorCode;
@@ -104,10 +112,15 @@ export function createMarketService(deps: MarketServiceDeps): MarketService {
   });
 
   function parseQuery(url: URL, validate: typeof validateMarkets): { after?: string; limit: number; ids?: string[]; active?: boolean } {
-    const raw: Record<string, string> = {};
+    // No prototype: `__proto__`, `constructor`, … are parameter names like any other (unknown ones).
+    const raw = Object.create(null) as Record<string, string>;
     for (const [k, v] of url.searchParams) {
       if (k in raw) throw new HttpError('invalid_query', `parameter ${k} given twice`);
       raw[k] = v;
+    }
+    // ajv's coercion would take `0x10`, `1e2`, `+5` or ` 5` as numbers: only plain decimals here.
+    if (raw['limit'] !== undefined && !/^[0-9]{1,6}$/.test(raw['limit'])) {
+      throw new HttpError('invalid_query', '/limit must be a decimal integer');
     }
     if (!validate(raw)) {
       const e = validate.errors?.[0];
@@ -175,7 +188,7 @@ export function createMarketService(deps: MarketServiceDeps): MarketService {
     const method = ROUTES[path];
     if (deps.isSealed()) {
       sendError(res, 'sealed');
-      return path;
+      return routeLabel(req);
     }
     if (method === undefined) throw new HttpError('not_found');
     if (req.method !== method && !(method === 'GET' && req.method === 'HEAD')) {
@@ -236,7 +249,9 @@ export function createMarketService(deps: MarketServiceDeps): MarketService {
     }
   }
 
-  const server = createServer({ keepAliveTimeout: 5000 }, (req, res) => {
+  // maxHeaderSize above Envoy's limit (max_request_headers_kb, 60 KiB, plus the headers Envoy
+  // adds), so whatever Envoy lets through is parsed here too; Node's default is 16 KiB.
+  const server = createServer({ keepAliveTimeout: 5000, maxHeaderSize: MAX_HEADER_BYTES }, (req, res) => {
     handle(req, res).then(
       (route) => requests.labels(route, String(res.statusCode)).inc(),
       (err: unknown) => {
@@ -247,12 +262,18 @@ export function createMarketService(deps: MarketServiceDeps): MarketService {
           deps.logger.error({ err: String(err), path: req.url?.split('?')[0] }, 'market request failed');
           if (!res.headersSent) sendError(res, 'service_unavailable', 'market store unavailable');
         }
-        requests.labels(ROUTES[new URL(req.url ?? '/', 'http://x').pathname] === undefined ? 'other' : (req.url ?? '/').split('?')[0] ?? 'other', String(res.statusCode)).inc();
+        requests.labels(routeLabel(req), String(res.statusCode)).inc();
       },
     );
   });
-  server.on('clientError', (_err, socket) => {
-    if (socket.writable) socket.end(`HTTP/1.1 400 Bad Request\r\ncontent-type: application/json\r\nconnection: close\r\n\r\n${errorJson('invalid_query', 'malformed HTTP request')}`);
+  server.on('clientError', (err: NodeJS.ErrnoException, socket) => {
+    // Requests Node's parser refuses (an unknown method Envoy passed on over HTTP/2, headers over
+    // maxHeaderSize, …): the same answers Envoy gives such requests itself, never a query error.
+    if (!socket.writable) return;
+    const [status, reason, message] = err.code === 'HPE_HEADER_OVERFLOW'
+      ? [431, 'Request Header Fields Too Large', 'request headers are too large']
+      : [400, 'Bad Request', ERROR_MESSAGE.bad_request];
+    socket.end(`HTTP/1.1 ${status} ${reason}\r\ncontent-type: application/json\r\nconnection: close\r\n\r\n${errorJson('bad_request', message)}`);
   });
 
   return {

@@ -5,12 +5,13 @@
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { Writable } from 'node:stream';
+import { connect } from 'node:net';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { Registry } from 'prom-client';
 import type { Redis } from 'ioredis';
 import { createRedis } from '../../src/adapters/redis.ts';
 import { createLogger } from '../../src/log.ts';
-import { createMarketService, type MarketService } from '../../src/marketdata/http.ts';
+import { createMarketService, MAX_HEADER_BYTES, type MarketService } from '../../src/marketdata/http.ts';
 import { INVALIDATION_CHANNEL, MARKET_KEY_PREFIX, MARKET_MISS_CACHE_MAX_ENTRIES, RedisMarketStore } from '../../src/marketdata/redis-store.ts';
 import { MemoryMarketStore, type MarketStore } from '../../src/marketdata/store.ts';
 import { validateDocument, type MarketDocument } from '../../src/feed/schema.ts';
@@ -259,6 +260,16 @@ describe('market service on Redis', () => {
       ['GET', '/v1/markets?limit=1&limit=2', 400, 'invalid_query'],
       ['GET', '/v1/quotes?active=true', 400, 'invalid_query'],
       ['GET', '/v1/markets?conditionId=a%20b', 400, 'invalid_query'],
+      // only plain decimals for limit (ajv alone would coerce these to numbers)
+      ['GET', '/v1/quotes?limit=0x10', 400, 'invalid_query'],
+      ['GET', '/v1/quotes?limit=1e2', 400, 'invalid_query'],
+      ['GET', '/v1/quotes?limit=%2B5', 400, 'invalid_query'],
+      ['GET', '/v1/quotes?limit=%205', 400, 'invalid_query'],
+      ['GET', '/v1/quotes?limit=1.0', 400, 'invalid_query'],
+      ['GET', '/v1/quotes?limit=5', 200, ''],
+      // names of Object.prototype's members are unknown parameters like any other
+      ['GET', '/v1/markets?__proto__=1', 400, 'invalid_query'],
+      ['GET', '/v1/markets?constructor=1', 400, 'invalid_query'],
       ['GET', '/nope', 404, 'not_found'],
       ['POST', '/v1/markets', 405, 'method_not_allowed'],
       ['GET', '/internal/ingest/market', 405, 'method_not_allowed'],
@@ -266,13 +277,34 @@ describe('market service on Redis', () => {
     for (const [method, path, status, code] of cases) {
       const r = await fetch(`${a.base}${path}`, { method });
       assert.equal(r.status, status, `${method} ${path}`);
-      assert.equal(((await r.json()) as { error: string }).error, code, `${method} ${path}`);
+      const json = (await r.json()) as { error?: string; message?: string };
+      if (code !== '') assert.equal(json.error, code, `${method} ${path}`);
+      if (/__proto__|constructor/.test(path)) assert.match(String(json.message), /additional properties/, `${method} ${path}: ${json.message}`);
       assert.equal(r.headers.get('content-type'), 'application/json');
     }
     const big = await fetch(`${a.base}/internal/ingest/market`, { method: 'POST', body: 'x'.repeat(1_048_577) });
     assert.equal(big.status, 413);
     const nj = await post(a.base, '{nope');
     assert.deepEqual([nj.status, nj.json['error']], [400, 'invalid_json']);
+  });
+
+  test('requests Node refuses to parse get Envoy\'s answers (bad_request, 431), never a query error; headers up to Envoy\'s 60 KiB are served', async () => {
+    const raw = (text: string): Promise<string> => new Promise((resolve, reject) => {
+      const sock = connect(Number(new URL(a.base).port), '127.0.0.1', () => sock.end(text));
+      let got = '';
+      sock.on('data', (d: Buffer) => { got += d.toString(); });
+      sock.on('end', () => resolve(got));
+      sock.on('error', reject);
+    });
+    const unknownMethod = await raw('FOO / HTTP/1.1\r\nhost: x\r\n\r\n');
+    assert.match(unknownMethod, /^HTTP\/1\.1 400 /);
+    assert.equal((JSON.parse(unknownMethod.split('\r\n\r\n')[1]!) as { error: string }).error, 'bad_request');
+    const huge = await raw(`GET / HTTP/1.1\r\nhost: x\r\nx-big: ${'a'.repeat(MAX_HEADER_BYTES)}\r\n\r\n`);
+    assert.match(huge, /^HTTP\/1\.1 431 /);
+    assert.equal((JSON.parse(huge.split('\r\n\r\n')[1]!) as { error: string }).error, 'bad_request');
+    const big = await fetch(`${a.base}/`, { headers: { 'x-big': 'a'.repeat(60 * 1024) } });
+    assert.equal(big.status, 200, 'a 60 KiB header (what Envoy lets through) is served');
+    await big.text();
   });
 
   test('active filter pages only markets with that active value', async () => {
