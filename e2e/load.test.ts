@@ -33,7 +33,9 @@ test('sustained order load (h2load, 16 connections, 4 s): every order 200, none 
   const m = /status codes: (\d+) 2xx, (\d+) 3xx, (\d+) 4xx, (\d+) 5xx/.exec(stdout);
   assert.ok(m, stdout);
   const [ok, , c4, c5] = m.slice(1).map(Number) as [number, number, number, number];
-  assert.ok(ok > 2000, `load was real: ${ok} orders`);
+  // Only that the load was real (the regression showed at ~1 % of orders); how fast is for the
+  // benchmarks: a shared 2-vCPU machine gave 1,900–3,000 orders in these 4 s.
+  assert.ok(ok > 1000, `load was real: ${ok} orders`);
   assert.deepEqual([c4, c5], [0, 0], stdout.split('\n').filter((l) => /status codes|requests:/.test(l)).join(' '));
 });
 

@@ -55,8 +55,13 @@ export interface Config {
   readonly marketPort: number;
   readonly authzAdminPort: number;
   readonly envoyAdminPort: number;
-  /** Address the gRPC and market servers bind to (loopback unless a container needs otherwise). */
+  /** Address the gRPC server binds to (loopback unless a container needs otherwise). */
   readonly bindAddress: string;
+  /**
+   * Address the market server binds to; AUTHZ_BIND_ADDRESS unless set. Its ingest route trusts
+   * Envoy for the HMAC and nonce checks, so it binds wider only when Envoy is another host.
+   */
+  readonly marketBindAddress: string;
   /** Address the admin server (/metrics, /admin/seal) binds to. Seal is loopback-only regardless. */
   readonly adminBindAddress: string;
   /** Where Envoy reaches the authz gRPC server and the market service. */
@@ -226,6 +231,11 @@ export function loadConfig(env: Env = process.env): Config {
   if (redisUrl !== undefined && !/^(rediss?|redis\+sentinel):\/\//.test(redisUrl)) {
     throw new ConfigError('REDIS_URL', 'redis://, rediss:// or redis+sentinel:// URL', redisUrl);
   }
+  const workers = int(env, 'AUTHZ_WORKERS', 1, 1, 64);
+  if (workers > 1 && redisUrl === undefined) {
+    // Each worker would keep its own in-memory nonces and markets: a replay sent to another worker passes.
+    throw new ConfigError('AUTHZ_WORKERS', '1 without REDIS_URL (workers share nonces and markets only through Redis)', String(workers));
+  }
   const logLevel = str(env, 'LOG_LEVEL') ?? 'info';
   if (!['trace', 'debug', 'info', 'warn', 'error', 'fatal', 'silent'].includes(logLevel)) {
     throw new ConfigError('LOG_LEVEL', 'trace|debug|info|warn|error|fatal|silent', logLevel);
@@ -245,6 +255,7 @@ export function loadConfig(env: Env = process.env): Config {
     authzAdminPort: port(env, 'AUTHZ_ADMIN_PORT', 9464),
     envoyAdminPort: port(env, 'ENVOY_ADMIN_PORT', 9901),
     bindAddress: str(env, 'AUTHZ_BIND_ADDRESS') ?? '127.0.0.1',
+    marketBindAddress: str(env, 'MARKET_BIND_ADDRESS') ?? str(env, 'AUTHZ_BIND_ADDRESS') ?? '127.0.0.1',
     adminBindAddress: str(env, 'ADMIN_BIND_ADDRESS') ?? '127.0.0.1',
     authzAddress: str(env, 'AUTHZ_ADDRESS') ?? '127.0.0.1',
     marketAddress: str(env, 'MARKET_ADDRESS') ?? '127.0.0.1',
@@ -277,6 +288,6 @@ export function loadConfig(env: Env = process.env): Config {
 
     shutdownGraceMs: int(env, 'SHUTDOWN_GRACE_MS', 5000, 0, 120_000),
     logLevel,
-    workers: int(env, 'AUTHZ_WORKERS', 1, 1, 64),
+    workers,
   });
 }

@@ -50,7 +50,7 @@ export async function createMarketParts(deps: {
         registry: deps.registry,
         readiness: () => hooks.readiness(),
         isSealed: () => hooks.isSealed(),
-        host: config.bindAddress,
+        host: config.marketBindAddress,
         port: config.marketPort,
       });
       return service.listen();

@@ -24,7 +24,7 @@ const defaults: Record<string, [pick: (c: Config) => unknown, expected: unknown]
   'MARKET_PORT 8081': [(c) => c.marketPort, 8081],
   'AUTHZ_ADMIN_PORT 9464': [(c) => c.authzAdminPort, 9464],
   'ENVOY_ADMIN_PORT 9901': [(c) => c.envoyAdminPort, 9901],
-  'servers bind to loopback': [(c) => [c.bindAddress, c.adminBindAddress], ['127.0.0.1', '127.0.0.1']],
+  'servers bind to loopback': [(c) => [c.bindAddress, c.marketBindAddress, c.adminBindAddress], ['127.0.0.1', '127.0.0.1', '127.0.0.1']],
   'XFF_NUM_TRUSTED_HOPS 0': [(c) => c.xffNumTrustedHops, 0],
   'RPS_PER_IP 20': [(c) => c.rpsPerIp, 20],
   'RATE_BURST 40': [(c) => c.rateBurst, 40],
@@ -120,6 +120,12 @@ const overrides: Record<string, [env: Env, pick: (c: Config) => unknown, expecte
     (c) => [c.geoNotice, c.geoBlockedByUrl], ['Not here.', 'https://venue.example/legal'],
   ],
   'GEOIP_DB path': [{ GEOIP_DB: '/var/lib/geo/GeoLite2-City.mmdb' }, (c) => c.geoipDb, '/var/lib/geo/GeoLite2-City.mmdb'],
+  'MARKET_BIND_ADDRESS follows AUTHZ_BIND_ADDRESS (compose: Envoy in another container)': [
+    { AUTHZ_BIND_ADDRESS: '0.0.0.0' }, (c) => [c.bindAddress, c.marketBindAddress], ['0.0.0.0', '0.0.0.0'],
+  ],
+  'MARKET_BIND_ADDRESS on its own (Kubernetes: gRPC wide for the probe, market on loopback)': [
+    { AUTHZ_BIND_ADDRESS: '0.0.0.0', MARKET_BIND_ADDRESS: '127.0.0.1' }, (c) => [c.bindAddress, c.marketBindAddress], ['0.0.0.0', '127.0.0.1'],
+  ],
   'REDIS_URL rediss://': [{ REDIS_URL: 'rediss://redis.internal:6380/0' }, (c) => c.redisUrl, 'rediss://redis.internal:6380/0'],
   'blank value = default (not 0)': [{ EDGE_PORT: '   ' }, (c) => c.edgePort, 8080],
 };
@@ -175,6 +181,7 @@ const malformed: Record<string, [env: Env, variable: string]> = {
   'MARKET_CACHE_TTL_MS=-1': [{ MARKET_CACHE_TTL_MS: '-1' }, 'MARKET_CACHE_TTL_MS'],
   'SHUTDOWN_GRACE_MS=abc': [{ SHUTDOWN_GRACE_MS: 'abc' }, 'SHUTDOWN_GRACE_MS'],
   'AUTHZ_WORKERS=0': [{ AUTHZ_WORKERS: '0' }, 'AUTHZ_WORKERS'],
+  'AUTHZ_WORKERS=2 without REDIS_URL (per-worker nonce stores)': [{ AUTHZ_WORKERS: '2' }, 'AUTHZ_WORKERS'],
   'LOG_LEVEL=verbose': [{ LOG_LEVEL: 'verbose' }, 'LOG_LEVEL'],
   'ORDER_BACKEND_URL=http:// (no TLS)': [{ ...BACKEND, ORDER_BACKEND_URL: 'http://orders.internal.example:8443' }, 'ORDER_BACKEND_URL'],
   'ORDER_BACKEND_URL with a path': [{ ...BACKEND, ORDER_BACKEND_URL: 'https://orders.internal.example/orders' }, 'ORDER_BACKEND_URL'],

@@ -8,12 +8,12 @@ import { spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { fileURLToPath } from 'node:url';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { freePort } from './redis-server.ts';
+import { freePort, PrivateRedis } from './redis-server.ts';
 import { newFeedKey } from './helpers.ts';
 
 const ROOT = fileURLToPath(new URL('../../', import.meta.url));
 
-async function runMain(workers: number): Promise<void> {
+async function runMain(workers: number, redisUrl?: string): Promise<void> {
   const [grpc, market, admin] = [await freePort(), await freePort(), await freePort()];
   const child = spawn(`${ROOT}scripts/node`, [`${ROOT}authz/src/main.ts`], {
     env: {
@@ -22,6 +22,7 @@ async function runMain(workers: number): Promise<void> {
       EDGE_FEED_ED25519_PUBLIC_KEY: newFeedKey().publicHex,
       AUTHZ_GRPC_PORT: String(grpc), MARKET_PORT: String(market), AUTHZ_ADMIN_PORT: String(admin),
       AUTHZ_WORKERS: String(workers), SHUTDOWN_GRACE_MS: '200', LOG_LEVEL: 'warn',
+      REDIS_URL: redisUrl ?? '',
     },
     stdio: ['ignore', 'pipe', 'pipe'],
   });
@@ -42,7 +43,7 @@ async function runMain(workers: number): Promise<void> {
     for (let i = 0; i < 6; i++) await (await fetch(`http://127.0.0.1:${market}/`)).text();
     const metrics = await (await fetch(`http://127.0.0.1:${admin}/metrics`)).text();
     assert.match(metrics, /edge_market_requests_total\{route="\/",status="200"\} 7/, 'metrics of every worker are aggregated');
-    assert.match(out, /IN-MEMORY/, 'the in-memory store is announced loudly');
+    if (redisUrl === undefined) assert.match(out, /IN-MEMORY/, 'the in-memory store is announced loudly');
     const seal = await fetch(`http://127.0.0.1:${admin}/admin/seal`, { method: 'POST' });
     assert.equal(seal.status, 202);
     const sealed = await fetch(`http://127.0.0.1:${market}/`);
@@ -55,4 +56,29 @@ async function runMain(workers: number): Promise<void> {
 }
 
 test('process – single process: serves, seals through the admin port, exits 0', () => runMain(1));
-test('process – AUTHZ_WORKERS=2: metrics aggregated across workers, seal reaches every worker, exits 0', () => runMain(2));
+test('process – AUTHZ_WORKERS=2 (on Redis): metrics aggregated across workers, seal reaches every worker, exits 0', async () => {
+  const redis = await PrivateRedis.start();
+  try {
+    await runMain(2, redis.url);
+  } finally {
+    await redis.stop();
+  }
+});
+
+test('process – AUTHZ_WORKERS=2 without REDIS_URL refuses to start: each worker would keep its own nonces (a replay through another worker would pass)', async () => {
+  const child = spawn(`${ROOT}scripts/node`, [`${ROOT}authz/src/main.ts`], {
+    env: {
+      ...process.env, REDIS_URL: '', AUTHZ_WORKERS: '2', LOG_LEVEL: 'warn',
+      EDGE_INGEST_HMAC: `hex:${randomBytes(32).toString('hex')}`, EDGE_FEED_ED25519_PUBLIC_KEY: newFeedKey().publicHex,
+      AUTHZ_GRPC_PORT: String(await freePort()), MARKET_PORT: String(await freePort()), AUTHZ_ADMIN_PORT: String(await freePort()),
+    },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  let out = '';
+  child.stdout.on('data', (d: Buffer) => { out += d.toString(); });
+  child.stderr.on('data', (d: Buffer) => { out += d.toString(); });
+  const code = await new Promise<number | null>((resolve) => child.once('exit', (c) => resolve(c)));
+  assert.notEqual(code, 0);
+  assert.match(out, /AUTHZ_WORKERS/);
+  assert.match(out, /REDIS_URL/);
+});

@@ -66,12 +66,15 @@ export const K8S_ENV: Readonly<Record<string, string>> = {
   MARKET_PORT: '8081',
   AUTHZ_ADMIN_PORT: '9464',
   ENVOY_ADMIN_PORT: '9901',
-  // Same pod: Envoy reaches the TS service over loopback. The TS service binds 0.0.0.0 so the
-  // kubelet's gRPC probe reaches it; the NetworkPolicy admits only Envoy's port (and metrics
-  // from the monitoring namespace), never the gRPC or market port.
+  // Same pod: Envoy reaches the TS service over loopback. The gRPC server binds 0.0.0.0 so the
+  // kubelet's gRPC probe reaches it; the market server stays on loopback (its ingest route trusts
+  // Envoy's HMAC and nonce checks, and nothing outside the pod needs it). The NetworkPolicy admits
+  // only Envoy's port (and metrics from the monitoring namespace), never the gRPC or market port,
+  // but it binds nothing from the node itself, and not every CNI enforces it.
   AUTHZ_ADDRESS: '127.0.0.1',
   MARKET_ADDRESS: '127.0.0.1',
   AUTHZ_BIND_ADDRESS: '0.0.0.0',
+  MARKET_BIND_ADDRESS: '127.0.0.1',
   // Prometheus scrapes :9464/metrics; /admin/seal on that port still answers loopback peers only.
   ADMIN_BIND_ADDRESS: '0.0.0.0',
   // One trusted hop: the cloud L7 load balancer in front of the Service appends the client address.
@@ -90,7 +93,9 @@ export const K8S_ENV: Readonly<Record<string, string>> = {
   GEOIP_DB: `${MOUNTS.geoip}/country.mmdb`,
   GEOIP_RELOAD_INTERVAL_MS: '10000',
   BLOCKED_COUNTRIES: '',
-  GEO_TRUSTED_CIDRS: '127.0.0.0/8,::1/128',
+  // Nothing is geo-trusted in the pod: no legitimate request reaches Envoy from loopback, and with
+  // one trusted hop the address comes from X-Forwarded-For, where a client could write 127.0.0.1.
+  GEO_TRUSTED_CIDRS: '',
   EDGE_INGEST_HMAC_FILE: `${MOUNTS.secrets}/ingest-hmac`,
   // Empty outside a key rotation (docs/operations.md).
   EDGE_INGEST_HMAC_PREVIOUS_FILE: `${MOUNTS.secrets}/ingest-hmac-previous`,

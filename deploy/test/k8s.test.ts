@@ -129,7 +129,9 @@ for (const [name, rs] of Object.entries(builds) as [keyof typeof builds, Resourc
     const envoy = container(rs, 'envoy');
     const authz = container(rs, 'authz');
     assert.deepEqual(envoy.ports, [{ name: 'http', containerPort: config.edgePort }]);
-    assert.deepEqual(authz.ports?.map((p) => p.containerPort), [config.authzGrpcPort, config.marketPort, config.authzAdminPort]);
+    // The market port is not declared: it listens on loopback inside the pod (MARKET_BIND_ADDRESS).
+    assert.deepEqual(authz.ports?.map((p) => p.containerPort), [config.authzGrpcPort, config.authzAdminPort]);
+    assert.equal(config.marketBindAddress, '127.0.0.1');
     assert.deepEqual(authz.readinessProbe?.['grpc'], { port: config.authzGrpcPort });
     assert.deepEqual(authz.livenessProbe?.['grpc'], { port: config.authzGrpcPort });
     const deployment = find(rs, 'Deployment');
