@@ -383,6 +383,17 @@ describe('rate limit', () => {
   });
 });
 
+describe('rate limit, IPv6', () => {
+  test('an IPv6 client is its /64: addresses in one /64 share a bucket, another /64 has its own', async () => {
+    const t0 = Date.now();
+    const replies = await Promise.all(Array.from({ length: 60 }, (_, i) => request(stack, 'GET', '/', { ip: `2001:db8:3:ffff::${(i + 1).toString(16)}` })));
+    const elapsed = (Date.now() - t0) / 1000;
+    const ok = replies.filter((r) => r.status === 200).length;
+    assert.ok(ok >= 40 && ok <= 40 + Math.ceil(20 * elapsed) + 1, `60 addresses of one /64 got ${ok} in ${elapsed}s (one burst of 40)`);
+    assert.equal((await request(stack, 'GET', '/', { ip: '2001:db8:3:fffe::1' })).status, 200, 'the next /64 has its own bucket');
+  });
+});
+
 describe('operations', () => {
   test('every Envoy statistic docs/operations.md tells operators to read exists on the admin interface, and the 429s above were counted', async () => {
     const stats = (await (await fetch(`${stack.envoyAdmin}/stats`)).text()).split('\n').map((l) => l.split(':')[0]!);

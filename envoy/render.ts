@@ -217,6 +217,7 @@ export const UPSTREAM_TIMEOUT_MESSAGE = 'upstream service did not answer in time
 export const BAD_REQUEST_CODE = 'bad_request';
 export const BAD_REQUEST_MESSAGES: readonly (readonly [number | undefined, string])[] = [
   [408, 'request was not received in time'],
+  [403, 'protocol upgrade not supported'],
   [426, 'HTTP/1.1 or HTTP/2 required'],
   [431, 'request headers are too large'],
   [undefined, 'malformed HTTP request'],
@@ -307,8 +308,11 @@ export function localReplyConfig(): JsonObject {
 /**
  * Per-client-address token bucket (dynamic descriptors, Envoy ≥ 1.34). One bucket per
  * remote address, shared by all workers of this Envoy instance; an LRU keeps at most
- * `max_dynamic_descriptors` of them.
+ * `max_dynamic_descriptors` of them. An IPv6 client is its /64: one end site holds at least
+ * that many addresses and could otherwise take a fresh bucket per request.
  */
+export const RATE_LIMIT_V6_PREFIX = 64;
+
 export function rateLimitFilter(config: Config): JsonObject {
   return {
     name: FILTER.rateLimit,
@@ -322,10 +326,10 @@ export function rateLimitFilter(config: Config): JsonObject {
       // Room for 100,000 concurrently active clients with 2× headroom before LRU eviction.
       max_dynamic_descriptors: 200_000,
       enable_x_ratelimit_headers: 'DRAFT_VERSION_03',
-      rate_limits: [{ actions: [{ remote_address: {} }] }],
+      rate_limits: [{ actions: [{ masked_remote_address: { v4_prefix_mask_len: 32, v6_prefix_mask_len: RATE_LIMIT_V6_PREFIX } }] }],
       descriptors: [{
-        // No value: a wildcard, i.e. one bucket per distinct client address.
-        entries: [{ key: 'remote_address' }],
+        // No value: a wildcard, i.e. one bucket per distinct client address (IPv6: per /64).
+        entries: [{ key: 'masked_remote_address' }],
         token_bucket: { max_tokens: config.rateBurst, tokens_per_fill: config.rpsPerIp, fill_interval: '1s' },
       }],
     },

@@ -13,7 +13,8 @@ let counter = 1;
 /** A fresh allowed client address (its own rate-limit bucket). */
 export function allowedIp(): string {
   counter += 1;
-  return `2001:db8:3::${(counter >>> 16).toString(16)}:${(counter & 0xffff).toString(16)}`;
+  // A /64 of its own for each: the rate limit counts an IPv6 client per /64.
+  return `2001:db8:3:${(counter & 0xffff).toString(16)}::${(counter >>> 16).toString(16)}:1`;
 }
 
 export const KP_IP = '198.51.100.7';

@@ -117,12 +117,12 @@ for (const [name, variant] of Object.entries(VARIANTS)) {
         [FILTER.rateLimit, FILTER.headerMutation, FILTER.extAuthz, FILTER.lua, FILTER.router]);
     });
 
-    test('rate limit: one bucket per client address with RATE_BURST / RPS_PER_IP, enforced on 100%', () => {
+    test('rate limit: one bucket per client address (IPv6: per /64) with RATE_BURST / RPS_PER_IP, enforced on 100%', () => {
       const rl = httpFilters(r.bootstrap)[0]!['typed_config'] as Obj;
-      assert.deepEqual(at(rl, 'descriptors[0].entries'), [{ key: 'remote_address' }]);
+      assert.deepEqual(at(rl, 'descriptors[0].entries'), [{ key: 'masked_remote_address' }]);
       assert.deepEqual(at(rl, 'descriptors[0].token_bucket'),
         { max_tokens: r.config.rateBurst, tokens_per_fill: r.config.rpsPerIp, fill_interval: '1s' });
-      assert.deepEqual(rl['rate_limits'], [{ actions: [{ remote_address: {} }] }]);
+      assert.deepEqual(rl['rate_limits'], [{ actions: [{ masked_remote_address: { v4_prefix_mask_len: 32, v6_prefix_mask_len: 64 } }] }]);
       assert.equal(rl['always_consume_default_token_bucket'], false);
       assert.ok((rl['max_dynamic_descriptors'] as number) >= 200_000, 'room for 100k active clients');
       for (const k of ['filter_enabled', 'filter_enforced']) {
