@@ -17,8 +17,14 @@ export class HmacSha256Key {
 
   constructor(key: Buffer) {
     const k = Buffer.alloc(BLOCK);
-    if (key.length > BLOCK) createHash('sha256').update(key).digest().copy(k);
-    else key.copy(k);
+    if (key.length > BLOCK) {
+      // HMAC's rule for long keys; the digest is the effective key, so it is wiped like k.
+      const digest = createHash('sha256').update(key).digest();
+      digest.copy(k);
+      digest.fill(0);
+    } else {
+      key.copy(k);
+    }
     this.#ipad = Buffer.alloc(BLOCK);
     this.#opad = Buffer.alloc(BLOCK);
     for (let i = 0; i < BLOCK; i++) {
