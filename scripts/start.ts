@@ -11,7 +11,7 @@
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { generateKeyPairSync, randomBytes } from 'node:crypto';
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
-import { join } from 'node:path';
+import { join, relative } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { fileURLToPath } from 'node:url';
 import { loadConfig } from '../authz/src/config.ts';
@@ -21,7 +21,9 @@ import { generateDevPki } from './dev/certs.ts';
 import { createOrderBackend } from './dev/order-backend.ts';
 
 const ROOT = fileURLToPath(new URL('../', import.meta.url));
-const RUN = join(ROOT, '.run');
+/** Where keys, certificates, Redis data and the rendered config go (DEV_RUN_DIR, default .run/). */
+const RUN = process.env['DEV_RUN_DIR'] ?? join(ROOT, '.run');
+const RUN_SHOWN = relative(process.cwd(), RUN).startsWith('..') ? RUN : relative(process.cwd(), RUN) || '.';
 mkdirSync(RUN, { recursive: true, mode: 0o700 });
 const env: Record<string, string | undefined> = { ...process.env };
 const children: ChildProcess[] = [];
@@ -59,8 +61,12 @@ async function waitHttp(url: string, timeoutMs: number): Promise<boolean> {
   return false;
 }
 
+/** Only the TS service needs the keys; Redis and Envoy start without them in their environment. */
+const SECRET_ENV = new Set(['EDGE_INGEST_HMAC', 'EDGE_INGEST_HMAC_PREVIOUS', 'EDGE_FEED_ED25519_KEY']);
+
 function run(name: string, cmd: string, args: string[], extraEnv: Record<string, string | undefined>): ChildProcess {
-  const p = spawn(cmd, args, { env: { ...env, ...extraEnv }, stdio: ['ignore', 'inherit', 'inherit'] });
+  const base = name === 'authz' ? env : Object.fromEntries(Object.entries(env).filter(([k]) => !SECRET_ENV.has(k)));
+  const p = spawn(cmd, args, { env: { ...base, ...extraEnv }, stdio: ['ignore', 'inherit', 'inherit'] });
   p.on('exit', (code, signal) => {
     if (!stopping) {
       say(`${name} exited (${code ?? signal}); stopping the stack`);
@@ -115,7 +121,7 @@ if (env['ORDER_BACKEND_URL'] === undefined) {
     EDGE_CLIENT_CERT_FILE: pki.clientCertFile,
     EDGE_CLIENT_KEY_FILE: pki.clientKeyFile,
   });
-  say(`demo mTLS order backend on https://localhost:${port} (certificates in .run/pki)`);
+  say(`demo mTLS order backend on https://localhost:${port} (certificates in ${join(RUN_SHOWN, 'pki')})`);
 }
 
 const config = loadConfig(env);
@@ -142,7 +148,7 @@ say(`READY  ${edge}/healthz → 200
   metrics       http://127.0.0.1:${config.authzAdminPort}/metrics
   envoy admin   http://127.0.0.1:${config.envoyAdminPort}
   try it:
-    set -a; . .run/dev.env; set +a
+    set -a; . ${join(RUN_SHOWN, 'dev.env')}; set +a
     EDGE_PORT=${config.edgePort} scripts/node scripts/edge-client.ts demo-ingest 0xdemo
     curl -s ${edge}/v1/markets | head -c 300; echo
     head -c 64 /dev/urandom > /tmp/order.bin

@@ -1,0 +1,98 @@
+/**
+ * `npm start` as a newcomer runs it: the real scripts/start.ts on fresh ports and a fresh run
+ * directory (DEV_RUN_DIR), its own redis-server and demo mTLS backend. The test follows the
+ * banner's "try it" lines (a signed ingest, a read, an order), then presses Ctrl-C (SIGINT) and
+ * checks that every process of the stack is gone and that no secret reached Envoy's or Redis's
+ * environment.
+ */
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { execFile, spawn } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { connect } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { promisify } from 'node:util';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { fileURLToPath } from 'node:url';
+import { freePort } from '../authz/test/redis-server.ts';
+
+const ROOT = fileURLToPath(new URL('../', import.meta.url));
+const NODE = join(ROOT, 'scripts', 'node');
+
+function portOpen(port: number): Promise<boolean> {
+  return new Promise((resolve) => {
+    const sock = connect(port, '127.0.0.1', () => { sock.destroy(); resolve(true); });
+    sock.on('error', () => resolve(false));
+  });
+}
+
+/** Processes whose command line mentions `needle`, with their environment. */
+function processesMentioning(needle: string): { pid: number; cmd: string; env: string }[] {
+  const out: { pid: number; cmd: string; env: string }[] = [];
+  for (const d of readdirSync('/proc')) {
+    if (!/^\d+$/.test(d) || Number(d) === process.pid) continue;
+    try {
+      const cmd = readFileSync(`/proc/${d}/cmdline`, 'utf8').replaceAll('\0', ' ');
+      if (cmd.includes(needle)) out.push({ pid: Number(d), cmd, env: readFileSync(`/proc/${d}/environ`, 'utf8') });
+    } catch { /* gone, or not ours */ }
+  }
+  return out;
+}
+
+test('npm start: ready on /healthz, the banner\'s ingest and order work, Ctrl-C stops every process; Envoy and Redis never see the keys', { timeout: 120_000 }, async () => {
+  const runDir = mkdtempSync(join(tmpdir(), 'edge-start-'));
+  const ports = {
+    EDGE_PORT: await freePort(), AUTHZ_GRPC_PORT: await freePort(), MARKET_PORT: await freePort(),
+    AUTHZ_ADMIN_PORT: await freePort(), ENVOY_ADMIN_PORT: await freePort(), DEV_REDIS_PORT: await freePort(), DEV_BACKEND_PORT: await freePort(),
+  };
+  const env: Record<string, string> = { ...process.env as Record<string, string>, DEV_RUN_DIR: runDir, LOG_LEVEL: 'warn' };
+  for (const k of ['REDIS_URL', 'ORDER_BACKEND_URL', 'EDGE_INGEST_HMAC', 'EDGE_FEED_ED25519_PUBLIC_KEY', 'EDGE_FEED_ED25519_KEY']) delete env[k];
+  for (const [k, v] of Object.entries(ports)) env[k] = String(v);
+  const child = spawn(NODE, [join(ROOT, 'scripts/start.ts')], { cwd: ROOT, env, stdio: ['ignore', 'pipe', 'pipe'] });
+  let out = '';
+  child.stdout.on('data', (d: Buffer) => { out += d.toString(); });
+  child.stderr.on('data', (d: Buffer) => { out += d.toString(); });
+  const exited = new Promise<number | null>((resolve) => child.once('exit', (code) => resolve(code)));
+  try {
+    for (let i = 0; i < 600 && !out.includes('READY'); i++) await sleep(100);
+    assert.match(out, /READY/, out);
+    const edge = `http://127.0.0.1:${ports.EDGE_PORT}`;
+    assert.equal((await fetch(`${edge}/healthz`)).status, 200);
+
+    // The banner's lines, as printed: the keys file, then the client with EDGE_PORT.
+    const keysLine = /set -a; \. (\S+); set \+a/.exec(out);
+    assert.ok(keysLine, `the banner names the keys file:\n${out}`);
+    assert.equal(keysLine[1], join(runDir, 'dev.env'));
+    assert.match(out, new RegExp(`EDGE_PORT=${ports.EDGE_PORT} scripts/node scripts/edge-client.ts demo-ingest 0xdemo`));
+    const keys = Object.fromEntries(readFileSync(keysLine[1], 'utf8').split('\n').filter((l) => /^[A-Z0-9_]+=/.test(l)).map((l) => [l.slice(0, l.indexOf('=')), l.slice(l.indexOf('=') + 1)]));
+    const clientEnv = { ...env, ...keys, EDGE_PORT: String(ports.EDGE_PORT) };
+    const client = (...args: string[]) => promisify(execFile)(NODE, [join(ROOT, 'scripts/edge-client.ts'), ...args], { cwd: ROOT, env: clientEnv });
+    const ing = await client('demo-ingest', '0xdemo');
+    assert.match(ing.stdout, /^200 .*"stored"/, ing.stdout);
+    const markets = await (await fetch(`${edge}/v1/markets?conditionId=0xdemo`)).json() as { markets: unknown[] };
+    assert.equal(markets.markets.length, 1);
+    const orderFile = join(runDir, 'order.bin');
+    writeFileSync(orderFile, randomBytes(64));
+    const order = await client('order', '0xdemo', '10', orderFile);
+    assert.match(order.stdout, /^200 /, order.stdout);
+
+    // Only the TS service holds the HMAC key; Envoy and Redis were started without it.
+    // Envoy's command line names the run directory; redis-server retitles itself to its address.
+    const stackProcs = [...processesMentioning(runDir), ...processesMentioning(`redis-server 127.0.0.1:${ports.DEV_REDIS_PORT}`)];
+    const names = stackProcs.map((p) => p.cmd);
+    assert.ok(names.some((c) => c.includes('envoy')) && names.some((c) => c.includes('redis-server')), names.join('\n'));
+    for (const p of stackProcs) assert.doesNotMatch(p.env, /EDGE_INGEST_HMAC=/, `${p.cmd} has the HMAC key in its environment`);
+  } finally {
+    child.kill('SIGINT');
+  }
+  const code = await Promise.race([exited, sleep(30_000).then(() => 'timeout')]);
+  assert.equal(code, 0, out);
+  assert.match(out, /start: stopped/);
+  // Nothing of the stack is left: no process mentions the run directory, and the ports are free.
+  await sleep(200);
+  assert.deepEqual([...processesMentioning(runDir), ...processesMentioning(`redis-server 127.0.0.1:${ports.DEV_REDIS_PORT}`)].map((p) => p.cmd), []);
+  for (const [k, port] of Object.entries(ports)) assert.equal(await portOpen(port), false, `${k} ${port} is closed`);
+  rmSync(runDir, { recursive: true, force: true });
+});
