@@ -11,6 +11,7 @@ import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { geoFixtures } from '../authz/test/geo-fixtures.ts';
 import { issue, publishClientCert } from '../scripts/dev/certs.ts';
+import { ACCESS_LOG_PATH_MAX } from '../envoy/render.ts';
 import { startStack, type Stack } from './lib/driver.ts';
 import { allowedIp, CU_IP, errorCode, ingest, KP_IP, orderBody, request, signed, uniqueId } from './lib/client.ts';
 
@@ -239,7 +240,7 @@ describe('orders', () => {
     }
   });
 
-  test('access log: the line of a delivered order splits its time into edge_us and upstream_us; a denied order has no upstream time', async () => {
+  test('access log: the line of a delivered order splits its time into edge_us and upstream_us; a denied order has no upstream time; a long path is cut', async () => {
     const before = stack.backend.deliveries.length;
     const ok = await request(stack, 'POST', '/v1/orders', { body: orderBody(market, randomBytes(64)), headers: { 'content-type': 'application/json' } });
     assert.equal(ok.status, 200, ok.text);
@@ -248,6 +249,9 @@ describe('orders', () => {
     assert.equal(denied.status, 400, denied.text);
     const deniedId = denied.headers.get('x-request-id') ?? '';
     assert.match(deniedId, /^[0-9a-f-]{36}$/);
+    const long = await request(stack, 'GET', `/${'a'.repeat(4000)}`);
+    assert.equal(long.status, 404);
+    const longId = long.headers.get('x-request-id') ?? '';
     // Envoy flushes its access log every 10 s (--file-flush-interval-msec); reopening the logs flushes it now.
     assert.equal((await fetch(`${stack.envoyAdmin}/reopen_logs`, { method: 'POST' })).status, 200);
     // Envoy's access-log line, not the TS service's log line about the same request (pino's
@@ -263,12 +267,14 @@ describe('orders', () => {
       }
       return undefined;
     };
-    let got: [Record<string, unknown> | undefined, Record<string, unknown> | undefined] = [undefined, undefined];
-    for (let i = 0; i < 50 && (got[0] === undefined || got[1] === undefined); i++) {
+    let got: (Record<string, unknown> | undefined)[] = [undefined, undefined, undefined];
+    for (let i = 0; i < 50 && got.includes(undefined); i++) {
       await sleep(100);
-      got = [line(okId), line(deniedId)];
+      got = [line(okId), line(deniedId), line(longId)];
     }
-    const [okLine, deniedLine] = got;
+    const [okLine, deniedLine, longLine] = got;
+    // A client-chosen 4,000-character path is cut to ACCESS_LOG_PATH_MAX in the log.
+    assert.equal(String(longLine?.['path']), `/${'a'.repeat(ACCESS_LOG_PATH_MAX - 1)}`);
     assert.ok(okLine !== undefined && deniedLine !== undefined, `both access log lines appear (${okId}, ${deniedId}); log tail:\n${stack.logs().slice(-1500)}`);
     assert.equal(okLine['route'], 'orders');
     for (const k of ['edge_us', 'upstream_us'] as const) {

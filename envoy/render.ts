@@ -506,6 +506,7 @@ export function routes(config: Config): JsonObject[] {
  * id and no bodies: x-edge-signature, x-edge-nonce and order payloads never reach the log.
  * The path is logged without its query string.
  */
+export const ACCESS_LOG_PATH_MAX = 512;
 export const ACCESS_LOG_FORMAT: Readonly<Record<string, string>> = {
   time: '%START_TIME%',
   request_id: '%REQ(X-REQUEST-ID)%',
@@ -514,8 +515,10 @@ export const ACCESS_LOG_FORMAT: Readonly<Record<string, string>> = {
   protocol: '%PROTOCOL%',
   method: '%REQ(:METHOD)%',
   // The request's path at logging time, query string removed: after the route's prefix_rewrite, so
-  // an order is logged as /orders (the route field says it came in on /v1/orders).
-  path: '%PATH(NQ)%',
+  // an order is logged as /orders (the route field says it came in on /v1/orders). At most
+  // ACCESS_LOG_PATH_MAX characters: a client may send ~60 KiB of path, and must not make every
+  // line of its as large (rate-limited, but still log volume at the client's choice).
+  path: `%PATH(NQ):${ACCESS_LOG_PATH_MAX}%`,
   route: '%ROUTE_NAME%',
   status: '%RESPONSE_CODE%',
   flags: '%RESPONSE_FLAGS%',
