@@ -74,6 +74,11 @@ describe('public endpoints', () => {
       });
       sock.on('error', reject);
     });
+    // HTTP/1.0 and an Upgrade keep Envoy's status with the bad_request code and their own message.
+    const [v10, v10Body] = await raw('GET / HTTP/1.0\r\nhost: x\r\n\r\n');
+    assert.deepEqual([v10, v10Body['error'], v10Body['message']], [426, 'bad_request', 'HTTP/1.1 or HTTP/2 required']);
+    const [upgrade, upgradeBody] = await raw('GET / HTTP/1.1\r\nhost: x\r\nconnection: upgrade, close\r\nupgrade: websocket\r\nsec-websocket-version: 13\r\nsec-websocket-key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n');
+    assert.deepEqual([upgrade, upgradeBody['error'], upgradeBody['message']], [403, 'bad_request', 'protocol upgrade not supported']);
     // Envoy answers an unsupported transfer-encoding with 501; the catch-all used to make it a 503.
     for (const te of ['xchunked', 'chunked, identity']) {
       const [status, body] = await raw(`POST /v1/orders HTTP/1.1\r\nhost: x\r\ntransfer-encoding: ${te}\r\nconnection: close\r\n\r\n{}`);
@@ -249,7 +254,7 @@ describe('orders', () => {
     assert.equal(denied.status, 400, denied.text);
     const deniedId = denied.headers.get('x-request-id') ?? '';
     assert.match(deniedId, /^[0-9a-f-]{36}$/);
-    const long = await request(stack, 'GET', `/${'a'.repeat(4000)}`);
+    const long = await request(stack, 'GET', `/${'z'.repeat(4000)}`);
     assert.equal(long.status, 404);
     const longId = long.headers.get('x-request-id') ?? '';
     // Envoy flushes its access log every 10 s (--file-flush-interval-msec); reopening the logs flushes it now.
@@ -274,7 +279,7 @@ describe('orders', () => {
     }
     const [okLine, deniedLine, longLine] = got;
     // A client-chosen 4,000-character path is cut to ACCESS_LOG_PATH_MAX in the log.
-    assert.equal(String(longLine?.['path']), `/${'a'.repeat(ACCESS_LOG_PATH_MAX - 1)}`);
+    assert.equal(String(longLine?.['path']), `/${'z'.repeat(ACCESS_LOG_PATH_MAX - 1)}`);
     assert.ok(okLine !== undefined && deniedLine !== undefined, `both access log lines appear (${okId}, ${deniedId}); log tail:\n${stack.logs().slice(-1500)}`);
     assert.equal(okLine['route'], 'orders');
     for (const k of ['edge_us', 'upstream_us'] as const) {
@@ -396,7 +401,18 @@ describe('rate limit, IPv6', () => {
     const elapsed = (Date.now() - t0) / 1000;
     const ok = replies.filter((r) => r.status === 200).length;
     assert.ok(ok >= 40 && ok <= 40 + Math.ceil(20 * elapsed) + 1, `60 addresses of one /64 got ${ok} in ${elapsed}s (one burst of 40)`);
+    assert.ok(replies.some((r) => r.status === 429), 'some of the /64\'s requests were limited (a bucket per address would limit none)');
     assert.equal((await request(stack, 'GET', '/', { ip: '2001:db8:3:fffe::1' })).status, 200, 'the next /64 has its own bucket');
+  });
+
+  test('IPv4-mapped addresses (::ffff:a.b.c.d, as some dual-stack proxies write IPv4 clients) keep a bucket each', async () => {
+    // Masked to /64 they would all be ::ffff:0:0/64, one bucket for every IPv4 client.
+    const addresses = ['::ffff:192.0.2.101', '::ffff:192.0.2.102', '::ffff:192.0.2.103'];
+    const replies = await Promise.all(addresses.flatMap((ip) => Array.from({ length: 30 }, () => request(stack, 'GET', '/', { ip }).then((r) => [ip, r.status] as const))));
+    for (const ip of addresses) {
+      const ok = replies.filter(([a, s]) => a === ip && s === 200).length;
+      assert.equal(ok, 30, `${ip}: all 30 within its own burst of 40`);
+    }
   });
 });
 

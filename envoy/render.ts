@@ -5,8 +5,8 @@
  *
  * Request path (CONTRACT §1):
  *   listener 0.0.0.0:EDGE_PORT (HTTP/1.1 + HTTP/2, codec AUTO)
- *   → local_ratelimit (per client address, before anything costs work)
  *   → header_mutation (x-edge-client-ip := the address Envoy trusts; strips x-envoy-*)
+ *   → local_ratelimit (per client address, before anything costs work)
  *   → ext_authz (gRPC, cluster `authz`)
  *   → lua order body (disabled; enabled on the orders route only: envoy/order-body-lua.ts)
  *   → router
@@ -64,6 +64,7 @@ export interface RenderedEnvoy {
 
 // ─── Names other code and tests refer to ───────────────────────────────────────────────────
 
+export const CLIENT_IP_HEADER = 'x-edge-client-ip';
 export const CLUSTER = { authz: 'authz', market: 'market', orderBackend: 'order_backend' } as const;
 export const ROUTE = {
   ingest: 'ingest',
@@ -309,11 +310,17 @@ export function localReplyConfig(): JsonObject {
  * Per-client-address token bucket (dynamic descriptors, Envoy ≥ 1.34). One bucket per
  * remote address, shared by all workers of this Envoy instance; an LRU keeps at most
  * `max_dynamic_descriptors` of them. An IPv6 client is its /64: one end site holds at least
- * that many addresses and could otherwise take a fresh bucket per request.
+ * that many addresses and could otherwise take a fresh bucket per request. Except an
+ * IPv4-mapped address (`::ffff:a.b.c.d`, as some dual-stack proxies write IPv4 clients in
+ * X-Forwarded-For): masked to /64 every IPv4 client would share one bucket, so those keep one
+ * bucket per address. Envoy's masking cannot tell them apart, so two descriptors do, keyed on
+ * the computed address that header_mutation (before this filter) wrote into x-edge-client-ip.
  */
 export const RATE_LIMIT_V6_PREFIX = 64;
+const V4_MAPPED = { name: CLIENT_IP_HEADER, string_match: { prefix: '::ffff:' } };
 
 export function rateLimitFilter(config: Config): JsonObject {
+  const bucket = { max_tokens: config.rateBurst, tokens_per_fill: config.rpsPerIp, fill_interval: '1s' };
   return {
     name: FILTER.rateLimit,
     typed_config: {
@@ -326,12 +333,22 @@ export function rateLimitFilter(config: Config): JsonObject {
       // Room for 100,000 concurrently active clients with 2× headroom before LRU eviction.
       max_dynamic_descriptors: 200_000,
       enable_x_ratelimit_headers: 'DRAFT_VERSION_03',
-      rate_limits: [{ actions: [{ masked_remote_address: { v4_prefix_mask_len: 32, v6_prefix_mask_len: RATE_LIMIT_V6_PREFIX } }] }],
-      descriptors: [{
-        // No value: a wildcard, i.e. one bucket per distinct client address (IPv6: per /64).
-        entries: [{ key: 'masked_remote_address' }],
-        token_bucket: { max_tokens: config.rateBurst, tokens_per_fill: config.rpsPerIp, fill_interval: '1s' },
-      }],
+      // Exactly one of the two produces a descriptor for a request (expect_match true/false).
+      rate_limits: [
+        { actions: [
+          { header_value_match: { descriptor_key: 'client', descriptor_value: 'address', expect_match: false, headers: [V4_MAPPED] } },
+          { masked_remote_address: { v4_prefix_mask_len: 32, v6_prefix_mask_len: RATE_LIMIT_V6_PREFIX } },
+        ] },
+        { actions: [
+          { header_value_match: { descriptor_key: 'client', descriptor_value: 'v4_mapped', expect_match: true, headers: [V4_MAPPED] } },
+          { remote_address: {} },
+        ] },
+      ],
+      // No value on the address entry: a wildcard, i.e. one bucket per distinct value.
+      descriptors: [
+        { entries: [{ key: 'client', value: 'address' }, { key: 'masked_remote_address' }], token_bucket: bucket },
+        { entries: [{ key: 'client', value: 'v4_mapped' }, { key: 'remote_address' }], token_bucket: bucket },
+      ],
     },
   };
 }
@@ -351,7 +368,7 @@ export function headerMutationFilter(): JsonObject {
           { remove_on_match: { key_matcher: { prefix: 'x-envoy-' } } },
           {
             append: {
-              header: { key: 'x-edge-client-ip', value: '%DOWNSTREAM_REMOTE_ADDRESS_WITHOUT_PORT%' },
+              header: { key: CLIENT_IP_HEADER, value: '%DOWNSTREAM_REMOTE_ADDRESS_WITHOUT_PORT%' },
               append_action: 'OVERWRITE_IF_EXISTS_OR_ADD',
             },
           },
@@ -513,7 +530,8 @@ export const ACCESS_LOG_FORMAT: Readonly<Record<string, string>> = {
   client: '%DOWNSTREAM_REMOTE_ADDRESS_WITHOUT_PORT%',
   peer: '%DOWNSTREAM_DIRECT_REMOTE_ADDRESS_WITHOUT_PORT%',
   protocol: '%PROTOCOL%',
-  method: '%REQ(:METHOD)%',
+  // Cut like the path: over HTTP/2 a client may send any token as the method.
+  method: '%REQ(:METHOD):32%',
   // The request's path at logging time, query string removed: after the route's prefix_rewrite, so
   // an order is logged as /orders (the route field says it came in on /v1/orders). At most
   // ACCESS_LOG_PATH_MAX characters: a client may send ~60 KiB of path, and must not make every
@@ -595,8 +613,9 @@ export function httpConnectionManager(config: Config, opts: RenderOptions): Json
         virtual_hosts: [{ name: 'edge', domains: ['*'], routes: routes(config) }],
       },
       http_filters: [
-        rateLimitFilter(config),
+        // header_mutation first: the rate limit reads the computed address it writes.
         headerMutationFilter(),
+        rateLimitFilter(config),
         extAuthzFilter(config, opts),
         orderBodyFilter(),
         // suppress_envoy_headers: responses never advertise x-envoy-upstream-service-time etc.

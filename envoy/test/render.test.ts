@@ -112,17 +112,25 @@ for (const [name, variant] of Object.entries(VARIANTS)) {
       assert.doesNotMatch(v.output, /deprecated/i);
     });
 
-    test('filter order: rate limit → header_mutation → ext_authz → order-body Lua → router', () => {
+    test('filter order: header_mutation → rate limit → ext_authz → order-body Lua → router', () => {
       assert.deepEqual(httpFilters(r.bootstrap).map((f) => f['name']),
-        [FILTER.rateLimit, FILTER.headerMutation, FILTER.extAuthz, FILTER.lua, FILTER.router]);
+        [FILTER.headerMutation, FILTER.rateLimit, FILTER.extAuthz, FILTER.lua, FILTER.router]);
     });
 
     test('rate limit: one bucket per client address (IPv6: per /64) with RATE_BURST / RPS_PER_IP, enforced on 100%', () => {
-      const rl = httpFilters(r.bootstrap)[0]!['typed_config'] as Obj;
-      assert.deepEqual(at(rl, 'descriptors[0].entries'), [{ key: 'masked_remote_address' }]);
-      assert.deepEqual(at(rl, 'descriptors[0].token_bucket'),
-        { max_tokens: r.config.rateBurst, tokens_per_fill: r.config.rpsPerIp, fill_interval: '1s' });
-      assert.deepEqual(rl['rate_limits'], [{ actions: [{ masked_remote_address: { v4_prefix_mask_len: 32, v6_prefix_mask_len: 64 } }] }]);
+      const rl = httpFilters(r.bootstrap).find((f) => f['name'] === FILTER.rateLimit)!['typed_config'] as Obj;
+      assert.deepEqual(at(rl, 'descriptors[0].entries'), [{ key: 'client', value: 'address' }, { key: 'masked_remote_address' }]);
+      assert.deepEqual(at(rl, 'descriptors[1].entries'), [{ key: 'client', value: 'v4_mapped' }, { key: 'remote_address' }]);
+      for (const i of [0, 1]) {
+        assert.deepEqual(at(rl, `descriptors[${i}].token_bucket`),
+          { max_tokens: r.config.rateBurst, tokens_per_fill: r.config.rpsPerIp, fill_interval: '1s' });
+      }
+      const actions = (rl['rate_limits'] as { actions: Obj[] }[]).map((x) => x.actions);
+      assert.deepEqual(actions[0]![1], { masked_remote_address: { v4_prefix_mask_len: 32, v6_prefix_mask_len: 64 } });
+      assert.deepEqual(actions[1]![1], { remote_address: {} });
+      // Exactly one descriptor per request: the same header test, expected false then true.
+      assert.deepEqual(actions.map((a) => at(a[0], 'header_value_match.expect_match')), [false, true]);
+      assert.deepEqual(at(actions[0]![0], 'header_value_match.headers'), at(actions[1]![0], 'header_value_match.headers'));
       assert.equal(rl['always_consume_default_token_bucket'], false);
       assert.ok((rl['max_dynamic_descriptors'] as number) >= 200_000, 'room for 100k active clients');
       for (const k of ['filter_enabled', 'filter_enforced']) {
@@ -136,7 +144,7 @@ for (const [name, variant] of Object.entries(VARIANTS)) {
       const hcm = hcmOf(r.bootstrap);
       assert.equal(hcm['use_remote_address'], true);
       assert.equal(hcm['xff_num_trusted_hops'], r.config.xffNumTrustedHops);
-      const muts = at(httpFilters(r.bootstrap)[1], 'typed_config.mutations.request_mutations') as Obj[];
+      const muts = at(httpFilters(r.bootstrap).find((f) => f['name'] === FILTER.headerMutation), 'typed_config.mutations.request_mutations') as Obj[];
       assert.deepEqual(muts.find((m) => m['append'] !== undefined), {
         append: {
           header: { key: 'x-edge-client-ip', value: '%DOWNSTREAM_REMOTE_ADDRESS_WITHOUT_PORT%' },
@@ -189,6 +197,16 @@ for (const [name, variant] of Object.entries(VARIANTS)) {
         { max_request_bytes: r.config.ingestMaxBytes, allow_partial_message: false, pack_as_bytes: true });
     });
 
+    test('/v1/orders with any other method: Envoy answers 405 with allow: POST, after the POST route and before the catch-all', () => {
+      const names = routesOf(r.bootstrap).map((x) => x['name']);
+      const method = routeNamed(r.bootstrap, ROUTE.ordersMethod);
+      assert.deepEqual(method['match'], { path: '/v1/orders' }, 'every method; the POST route before it takes POST');
+      assert.deepEqual(method['direct_response'], { status: 405 });
+      assert.deepEqual(at(method, 'response_headers_to_add'), [{ header: { key: 'allow', value: 'POST' }, append_action: 'OVERWRITE_IF_EXISTS_OR_ADD' }]);
+      const post = names.indexOf(r.config.orderBackend === undefined ? ROUTE.ordersNoBackend : ROUTE.orders);
+      assert.ok(post >= 0 && post < names.indexOf(ROUTE.ordersMethod) && names.indexOf(ROUTE.ordersMethod) < names.indexOf(ROUTE.read), names.join(', '));
+    });
+
     test('reads: catch-all route last, to market, no body buffering for authz', () => {
       const routes = routesOf(r.bootstrap);
       const last = routes.at(-1)!;
@@ -232,7 +250,8 @@ for (const [name, variant] of Object.entries(VARIANTS)) {
       else assert.equal(log['path'], r.opts.accessLogPath);
       const fmt = JSON.stringify(at(log, 'log_format.json_format'));
       assert.doesNotMatch(fmt, /signature|nonce|timestamp|authorization|cookie|BODY/i);
-      const reqHeaders = [...fmt.matchAll(/%REQ\(([^)]*)\)%/g)].map((m) => m[1]);
+      // Request headers in the line: these two only (`:N` cuts a value to N characters).
+      const reqHeaders = [...fmt.matchAll(/%REQ\(([^)]*)\)(?::\d+)?%/g)].map((m) => m[1]);
       assert.deepEqual(reqHeaders.sort(), [':METHOD', 'X-REQUEST-ID']);
     });
 
