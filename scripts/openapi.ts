@@ -72,7 +72,8 @@ function describeCode(code: ErrorCode): string {
 
 /**
  * An error response: the CONTRACT body with `error` limited to `codes`. `bad_request` is
- * Envoy's own code and keeps Envoy's status (400, 408, 414, 431), so it may join any of those.
+ * Envoy's own code and keeps Envoy's status (400, 408, 414, 431; and 403/426, described in the
+ * API's introduction), so it may join any of those.
  */
 function errorResponse(status: number, codes: readonly ErrorCode[], opts: { headers?: Obj; note?: string; cacheControl?: boolean } = {}): Obj {
   for (const c of codes) {
@@ -171,7 +172,8 @@ The codes are listed per status below and in the \`Error\` schema.
 
 **Not in this list.** A path not listed answers 404 \`not_found\`; a listed path with another method
 answers 405 \`method_not_allowed\` with \`Allow\`; HEAD on a GET route is answered like GET without a body.
-Before any of that, Envoy may answer 400/408/414/431 \`bad_request\` (malformed HTTP), 429 (rate limit)
+Before any of that, Envoy may answer 400/408/414/431 \`bad_request\` (malformed HTTP; also 403 to an
+\`Upgrade\` request and 426 to HTTP/1.0, with the same code), 429 (rate limit)
 or 451 (blocked jurisdiction), and 503 when a dependency is down. The answers to unlisted paths and
 methods are described under \`x-unlisted-routes\`.
 

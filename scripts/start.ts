@@ -22,8 +22,12 @@ import { createOrderBackend } from './dev/order-backend.ts';
 
 const ROOT = fileURLToPath(new URL('../', import.meta.url));
 /** Where keys, certificates, Redis data and the rendered config go (DEV_RUN_DIR, default .run/). */
-const RUN = process.env['DEV_RUN_DIR'] ?? join(ROOT, '.run');
-const RUN_SHOWN = relative(process.cwd(), RUN).startsWith('..') ? RUN : relative(process.cwd(), RUN) || '.';
+const RUN = process.env['DEV_RUN_DIR'] || join(ROOT, '.run');
+/** How the banner names a file in RUN: relative (./…) below the working directory, else absolute; quoted. */
+const shown = (file: string): string => {
+  const rel = relative(process.cwd(), join(RUN, file));
+  return `'${rel.startsWith('..') || rel.startsWith('/') ? join(RUN, file) : `./${rel}`}'`;
+};
 mkdirSync(RUN, { recursive: true, mode: 0o700 });
 const env: Record<string, string | undefined> = { ...process.env };
 const children: ChildProcess[] = [];
@@ -62,7 +66,7 @@ async function waitHttp(url: string, timeoutMs: number): Promise<boolean> {
 }
 
 /** Only the TS service needs the keys; Redis and Envoy start without them in their environment. */
-const SECRET_ENV = new Set(['EDGE_INGEST_HMAC', 'EDGE_INGEST_HMAC_PREVIOUS', 'EDGE_FEED_ED25519_KEY']);
+const SECRET_ENV = new Set(['EDGE_INGEST_HMAC', 'EDGE_INGEST_HMAC_PREVIOUS', 'EDGE_FEED_ED25519_KEY', 'REDIS_URL']);
 
 function run(name: string, cmd: string, args: string[], extraEnv: Record<string, string | undefined>): ChildProcess {
   const base = name === 'authz' ? env : Object.fromEntries(Object.entries(env).filter(([k]) => !SECRET_ENV.has(k)));
@@ -101,7 +105,8 @@ if (env['REDIS_URL'] === undefined) {
   const port = Number(env['DEV_REDIS_PORT'] ?? 6390);
   if (spawnSync('redis-server', ['--version']).status === 0) {
     mkdirSync(join(RUN, 'redis'), { recursive: true, mode: 0o700 });
-    run('redis', 'redis-server', ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'yes', '--appendfsync', 'always', '--dir', join(RUN, 'redis')], {});
+    // --set-proc-title no: its command line keeps naming its data directory (ps, and the e2e test).
+    run('redis', 'redis-server', ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'yes', '--appendfsync', 'always', '--dir', join(RUN, 'redis'), '--set-proc-title', 'no'], {});
     env['REDIS_URL'] = `redis://127.0.0.1:${port}/0`;
     say(`redis-server on 127.0.0.1:${port}`);
     await sleep(300);
@@ -121,7 +126,7 @@ if (env['ORDER_BACKEND_URL'] === undefined) {
     EDGE_CLIENT_CERT_FILE: pki.clientCertFile,
     EDGE_CLIENT_KEY_FILE: pki.clientKeyFile,
   });
-  say(`demo mTLS order backend on https://localhost:${port} (certificates in ${join(RUN_SHOWN, 'pki')})`);
+  say(`demo mTLS order backend on https://localhost:${port} (certificates in ${shown('pki')})`);
 }
 
 const config = loadConfig(env);
@@ -148,7 +153,7 @@ say(`READY  ${edge}/healthz → 200
   metrics       http://127.0.0.1:${config.authzAdminPort}/metrics
   envoy admin   http://127.0.0.1:${config.envoyAdminPort}
   try it:
-    set -a; . ${join(RUN_SHOWN, 'dev.env')}; set +a
+    set -a; . ${shown('dev.env')}; set +a
     EDGE_PORT=${config.edgePort} scripts/node scripts/edge-client.ts demo-ingest 0xdemo
     curl -s ${edge}/v1/markets | head -c 300; echo
     head -c 64 /dev/urandom > /tmp/order.bin

@@ -272,7 +272,9 @@ export function createMarketService(deps: MarketServiceDeps): MarketService {
     if (!socket.writable) return;
     const [status, reason, message] = err.code === 'HPE_HEADER_OVERFLOW'
       ? [431, 'Request Header Fields Too Large', 'request headers are too large']
-      : [400, 'Bad Request', ERROR_MESSAGE.bad_request];
+      : err.code === 'ERR_HTTP_REQUEST_TIMEOUT'
+        ? [408, 'Request Timeout', 'request was not received in time']
+        : [400, 'Bad Request', ERROR_MESSAGE.bad_request];
     socket.end(`HTTP/1.1 ${status} ${reason}\r\ncontent-type: application/json\r\nconnection: close\r\n\r\n${errorJson('bad_request', message)}`);
   });
 
