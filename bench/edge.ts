@@ -614,6 +614,14 @@ header of the request (the browser-like ones, h2load's, Envoy's own \`x-forwarde
 
 ### Findings (measured separately on 2026-11-22 and 2026-11-23, not re-measured by the script)
 
+- **Re-run after session 7's changes, on a slower hour (not kept as the tables above).** Session 7 moved
+  header_mutation before the rate limiter and gave the limiter two descriptors (IPv6 per /64, IPv4-mapped
+  per address; docs/envoy.md §3). A full run at 19:21 the same day found the host about twice as slow: bare
+  Envoy (1) served 4,109 reads/s instead of 7,881, and every process's CPU per request roughly doubled, the
+  bare stack's included. Its targets: reads (3)/(2) 103 %, orders 89 % (rounds 81–94 %); p99 added by (3)
+  over (1) reads +8.37 ms (floor +10.23), orders +11.85 ms (floor +11.49). A 6-round orders-only saturation
+  run straight after gave 106 % (rounds 78–113 %), so the 89 % is the noise of that hour, not the change,
+  which touches (2) and (3) alike. The tables above stay those of the quieter run.
 - **Idle CPUs that halt, and where each request's time goes (session 6, measured on 2026-11-23).**
   - *This machine's vCPUs halt as soon as they idle.* It is a KVM guest with the \`haltpoll\` cpuidle driver and
     guest halt polling off (\`haltpoll.guest_halt_poll_ns=0\`), so every wake-up goes through the hypervisor. Straight
