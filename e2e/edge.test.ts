@@ -11,6 +11,7 @@ import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { geoFixtures } from '../authz/test/geo-fixtures.ts';
 import { issue, publishClientCert } from '../scripts/dev/certs.ts';
+import { demoDocument } from '../scripts/edge-client.ts';
 import { ACCESS_LOG_PATH_MAX } from '../envoy/render.ts';
 import { startStack, type Stack } from './lib/driver.ts';
 import { allowedIp, CU_IP, errorCode, ingest, KP_IP, orderBody, request, signed, uniqueId } from './lib/client.ts';
@@ -391,6 +392,29 @@ describe('rate limit', () => {
     // both batches together get at most the burst plus 20/s since then.
     assert.ok(refilled >= 18 && ok + refilled <= 40 + Math.ceil(20 * sinceStart) + 1,
       `refilled ${refilled} in ${refillSecs}s (${ok} + ${refilled} allowed in ${sinceStart}s) at 20/s`);
+  });
+});
+
+describe('expect header', () => {
+  test('an Expect other than 100-continue is ignored: a read and a signed ingest succeed (Node alone would answer 417 with no body, after authz recorded the nonce)', async () => {
+    const { request: httpRequest } = await import('node:http');
+    const send = (method: string, path: string, headers: Record<string, string>, body?: Buffer): Promise<[number, string]> => new Promise((resolve, reject) => {
+      const req = httpRequest(`${stack.edgeUrl}${path}`, { method, headers: { 'x-forwarded-for': allowedIp(), expect: 'foo', ...headers } }, (res) => {
+        let text = '';
+        res.setEncoding('utf8');
+        res.on('data', (c: string) => { text += c; });
+        res.on('end', () => resolve([res.statusCode ?? 0, text]));
+      });
+      req.on('error', reject);
+      req.end(body);
+    });
+    const [readStatus, readBody] = await send('GET', `/v1/markets?conditionId=${market}`, {});
+    assert.equal(readStatus, 200, readBody);
+    const id = uniqueId('0xexpect');
+    const s = signed(stack, demoDocument(id, 1), id);
+    const [ingestStatus, ingestBody] = await send('POST', '/internal/ingest/market', { ...s.headers, 'content-length': String(s.body.length) }, s.body);
+    assert.equal(ingestStatus, 200, ingestBody);
+    assert.equal((JSON.parse(ingestBody) as { status: string }).status, 'stored');
   });
 });
 

@@ -317,7 +317,12 @@ export function localReplyConfig(): JsonObject {
  * the computed address that header_mutation (before this filter) wrote into x-edge-client-ip.
  */
 export const RATE_LIMIT_V6_PREFIX = 64;
-const V4_MAPPED = { name: CLIENT_IP_HEADER, string_match: { prefix: '::ffff:' } };
+/**
+ * Envoy writes an IPv4-mapped address as `::ffff:a.b.c.d` (dotted); the IPv4-translated
+ * `::ffff:0:a.b.c.d` comes out in hex (`::ffff:0:102:304`) and is an IPv6 address like any other.
+ * A zone id (`%…`) may follow; Envoy keeps it.
+ */
+const V4_MAPPED = { name: CLIENT_IP_HEADER, string_match: { safe_regex: { regex: '::ffff:[0-9]+\\.[0-9]+\\.[0-9]+\\.[0-9]+(%.*)?' } } };
 
 export function rateLimitFilter(config: Config): JsonObject {
   const bucket = { max_tokens: config.rateBurst, tokens_per_fill: config.rpsPerIp, fill_interval: '1s' };
@@ -341,6 +346,9 @@ export function rateLimitFilter(config: Config): JsonObject {
         ] },
         { actions: [
           { header_value_match: { descriptor_key: 'client', descriptor_value: 'v4_mapped', expect_match: true, headers: [V4_MAPPED] } },
+          // The address as Envoy computed it. A zone id (`%…`) stays part of it: a client that
+          // controls the trusted X-Forwarded-For entry could vary it, but such a client can
+          // already name any address it likes (docs/deploy.md: only the balancer may reach Envoy).
           { remote_address: {} },
         ] },
       ],
@@ -356,7 +364,10 @@ export function rateLimitFilter(config: Config): JsonObject {
 /**
  * Overwrites `x-edge-client-ip` with the address Envoy computed (XFF_NUM_TRUSTED_HOPS), so a
  * client can never choose the address geo and rate limiting see; removes every client-sent
- * `x-envoy-*` header so nobody can ask the router for retries or longer timeouts.
+ * `x-envoy-*` header so nobody can ask the router for retries or longer timeouts; removes
+ * `expect`: Envoy has already answered `100-continue` itself, and any other expectation would
+ * reach the upstream, where Node answers 417 with no body (after authz had already accepted,
+ * and for an ingest recorded, the request).
  */
 export function headerMutationFilter(): JsonObject {
   return {
@@ -366,6 +377,7 @@ export function headerMutationFilter(): JsonObject {
       mutations: {
         request_mutations: [
           { remove_on_match: { key_matcher: { prefix: 'x-envoy-' } } },
+          { remove: 'expect' },
           {
             append: {
               header: { key: CLIENT_IP_HEADER, value: '%DOWNSTREAM_REMOTE_ADDRESS_WITHOUT_PORT%' },

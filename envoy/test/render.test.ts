@@ -128,6 +128,9 @@ for (const [name, variant] of Object.entries(VARIANTS)) {
       const actions = (rl['rate_limits'] as { actions: Obj[] }[]).map((x) => x.actions);
       assert.deepEqual(actions[0]![1], { masked_remote_address: { v4_prefix_mask_len: 32, v6_prefix_mask_len: 64 } });
       assert.deepEqual(actions[1]![1], { remote_address: {} });
+      const mapped = new RegExp(`^(?:${String(at(actions[1]![0], 'header_value_match.headers[0].string_match.safe_regex.regex'))})$`);
+      for (const a of ['::ffff:192.0.2.1', '::ffff:8.8.8.8%4294967295']) assert.match(a, mapped);
+      for (const a of ['::ffff:0:102:304', '2001:db8::1', '192.0.2.1', '::1']) assert.doesNotMatch(a, mapped);
       // Exactly one descriptor per request: the same header test, expected false then true.
       assert.deepEqual(actions.map((a) => at(a[0], 'header_value_match.expect_match')), [false, true]);
       assert.deepEqual(at(actions[0]![0], 'header_value_match.headers'), at(actions[1]![0], 'header_value_match.headers'));
@@ -152,6 +155,7 @@ for (const [name, variant] of Object.entries(VARIANTS)) {
         },
       });
       assert.ok(muts.some((m) => JSON.stringify(m) === JSON.stringify({ remove_on_match: { key_matcher: { prefix: 'x-envoy-' } } })));
+      assert.ok(muts.some((m) => JSON.stringify(m) === JSON.stringify({ remove: 'expect' })), 'a client expectation never reaches an upstream');
     });
 
     test('HCM hardening: request ids, path normalization, escaped slashes rejected, timeouts', () => {

@@ -119,8 +119,8 @@ export function createMarketService(deps: MarketServiceDeps): MarketService {
       raw[k] = v;
     }
     // ajv's coercion would take `0x10`, `1e2`, `+5` or ` 5` as numbers: only plain decimals here.
-    if (raw['limit'] !== undefined && !/^[0-9]{1,6}$/.test(raw['limit'])) {
-      throw new HttpError('invalid_query', '/limit must be a decimal integer');
+    if (raw['limit'] !== undefined && !/^[0-9]+$/.test(raw['limit'])) {
+      throw new HttpError('invalid_query', '/limit must be a decimal integer from 1 to 500');
     }
     if (!validate(raw)) {
       const e = validate.errors?.[0];
@@ -266,6 +266,9 @@ export function createMarketService(deps: MarketServiceDeps): MarketService {
       },
     );
   });
+  // An `Expect` other than 100-continue: served like any request (RFC 9110 allows ignoring it;
+  // Node's default is a 417 with no body). Envoy removes the header before it gets here anyway.
+  server.on('checkExpectation', (req, res) => server.emit('request', req, res));
   server.on('clientError', (err: NodeJS.ErrnoException, socket) => {
     // Requests Node's parser refuses (an unknown method Envoy passed on over HTTP/2, headers over
     // maxHeaderSize, …): the same answers Envoy gives such requests itself, never a query error.

@@ -302,6 +302,8 @@ describe('market service on Redis', () => {
     const huge = await raw(`GET / HTTP/1.1\r\nhost: x\r\nx-big: ${'a'.repeat(MAX_HEADER_BYTES)}\r\n\r\n`);
     assert.match(huge, /^HTTP\/1\.1 431 /);
     assert.equal((JSON.parse(huge.split('\r\n\r\n')[1]!) as { error: string }).error, 'bad_request');
+    const expectation = await raw('GET / HTTP/1.1\r\nhost: x\r\nexpect: foo\r\nconnection: close\r\n\r\n');
+    assert.match(expectation, /^HTTP\/1\.1 200 /, 'an unknown Expect is ignored, not a bodiless 417');
     const big = await fetch(`${a.base}/`, { headers: { 'x-big': 'a'.repeat(60 * 1024) } });
     assert.equal(big.status, 200, 'a 60 KiB header (what Envoy lets through) is served');
     await big.text();
