@@ -36,6 +36,27 @@ before(async () => {
 });
 after(async () => stack?.stop());
 
+/** One HTTP/2 (h2c prior knowledge) request through Envoy: status and body. */
+async function h2Request(headers: Record<string, string>): Promise<[number, string]> {
+  const { connect } = await import('node:http2');
+  const session = connect(stack.edgeUrl);
+  try {
+    return await new Promise<[number, string]>((resolve, reject) => {
+      const req = session.request(headers);
+      let status = 0;
+      let data = '';
+      req.on('response', (h) => { status = Number(h[':status']); });
+      req.setEncoding('utf8');
+      req.on('data', (c: string) => { data += c; });
+      req.on('end', () => resolve([status, data]));
+      req.on('error', reject);
+      req.end();
+    });
+  } finally {
+    session.close();
+  }
+}
+
 describe('public endpoints', () => {
   test('GET / and /healthz answer 200 JSON through Envoy', async () => {
     const root = await request(stack, 'GET', '/');
@@ -86,24 +107,8 @@ describe('public endpoints', () => {
       assert.deepEqual([status, body['error']], [400, 'bad_request'], `transfer-encoding: ${te}`);
     }
     // Over HTTP/2 an unknown method reaches the market service, whose parser refuses it.
-    const { connect: h2connect } = await import('node:http2');
-    const session = h2connect(stack.edgeUrl);
-    try {
-      const [status, body] = await new Promise<[number, string]>((resolve, reject) => {
-        const req = session.request({ ':path': '/', ':method': 'FOO', 'x-forwarded-for': allowedIp() });
-        let st = 0;
-        let data = '';
-        req.on('response', (h) => { st = Number(h[':status']); });
-        req.setEncoding('utf8');
-        req.on('data', (c: string) => { data += c; });
-        req.on('end', () => resolve([st, data]));
-        req.on('error', reject);
-        req.end();
-      });
-      assert.deepEqual([status, (JSON.parse(body) as { error: string }).error], [400, 'bad_request'], body);
-    } finally {
-      session.close();
-    }
+    const [status, body] = await h2Request({ ':path': '/', ':method': 'FOO', 'x-forwarded-for': allowedIp() });
+    assert.deepEqual([status, (JSON.parse(body) as { error: string }).error], [400, 'bad_request'], body);
     // 17 KiB of headers: over Node's default 16 KiB, under Envoy's 60 KiB.
     const big = await request(stack, 'GET', '/', { headers: { 'x-big': 'a'.repeat(17 * 1024) } });
     assert.equal(big.status, 200, big.text);
@@ -114,25 +119,9 @@ describe('public endpoints', () => {
 
 describe('protocols', () => {
   test('HTTP/2 (h2c prior knowledge) reaches the edge like HTTP/1.1', async () => {
-    const { connect } = await import('node:http2');
-    const session = connect(stack.edgeUrl);
-    try {
-      const [status, body] = await new Promise<[number, string]>((resolve, reject) => {
-        const req = session.request({ ':path': '/', ':method': 'GET', 'x-forwarded-for': '192.0.2.20' });
-        let status = 0;
-        let data = '';
-        req.on('response', (h) => { status = Number(h[':status']); });
-        req.setEncoding('utf8');
-        req.on('data', (c: string) => { data += c; });
-        req.on('end', () => resolve([status, data]));
-        req.on('error', reject);
-        req.end();
-      });
-      assert.equal(status, 200);
-      assert.equal(JSON.parse(body).service, 'edge-trading-proxy');
-    } finally {
-      session.close();
-    }
+    const [status, body] = await h2Request({ ':path': '/', ':method': 'GET', 'x-forwarded-for': '192.0.2.20' });
+    assert.equal(status, 200);
+    assert.equal(JSON.parse(body).service, 'edge-trading-proxy');
   });
 });
 
