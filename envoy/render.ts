@@ -18,7 +18,7 @@ import { isIP } from 'node:net';
 import { dirname } from 'node:path';
 import { stringify } from 'yaml';
 import type { Config, OrderBackendConfig } from '../authz/src/config.ts';
-import { ERROR_MESSAGE, ERROR_STATUS, errorJson, type ErrorCode } from '../authz/src/errors.ts';
+import { BAD_REQUEST_MESSAGE_BY_STATUS, ERROR_MESSAGE, ERROR_STATUS, errorJson, type ErrorCode } from '../authz/src/errors.ts';
 import { ORDER_PAYLOAD_METADATA_KEY } from '../authz/src/stages/order.ts';
 import { orderBodyLua } from './order-body-lua.ts';
 
@@ -217,11 +217,8 @@ export const UPSTREAM_TIMEOUT_MESSAGE = 'upstream service did not answer in time
  */
 export const BAD_REQUEST_CODE = 'bad_request';
 export const BAD_REQUEST_MESSAGES: readonly (readonly [number | undefined, string])[] = [
-  [408, 'request was not received in time'],
-  [403, 'protocol upgrade not supported'],
-  [426, 'HTTP/1.1 or HTTP/2 required'],
-  [431, 'request headers are too large'],
-  [undefined, 'malformed HTTP request'],
+  ...Object.entries(BAD_REQUEST_MESSAGE_BY_STATUS).map(([status, message]) => [Number(status), message] as const),
+  [undefined, ERROR_MESSAGE.bad_request],
 ];
 
 /**

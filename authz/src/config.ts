@@ -231,6 +231,7 @@ export function loadConfig(env: Env = process.env): Config {
   if (redisUrl !== undefined && !/^(rediss?|redis\+sentinel):\/\//.test(redisUrl)) {
     throw new ConfigError('REDIS_URL', 'redis://, rediss:// or redis+sentinel:// URL', redisUrl);
   }
+  const bindAddress = str(env, 'AUTHZ_BIND_ADDRESS') ?? '127.0.0.1';
   const workers = int(env, 'AUTHZ_WORKERS', 1, 1, 64);
   if (workers > 1 && redisUrl === undefined) {
     // Each worker would keep its own in-memory nonces and markets: a replay sent to another worker passes.
@@ -254,8 +255,8 @@ export function loadConfig(env: Env = process.env): Config {
     marketPort: port(env, 'MARKET_PORT', 8081),
     authzAdminPort: port(env, 'AUTHZ_ADMIN_PORT', 9464),
     envoyAdminPort: port(env, 'ENVOY_ADMIN_PORT', 9901),
-    bindAddress: str(env, 'AUTHZ_BIND_ADDRESS') ?? '127.0.0.1',
-    marketBindAddress: str(env, 'MARKET_BIND_ADDRESS') ?? str(env, 'AUTHZ_BIND_ADDRESS') ?? '127.0.0.1',
+    bindAddress,
+    marketBindAddress: str(env, 'MARKET_BIND_ADDRESS') ?? bindAddress,
     adminBindAddress: str(env, 'ADMIN_BIND_ADDRESS') ?? '127.0.0.1',
     authzAddress: str(env, 'AUTHZ_ADDRESS') ?? '127.0.0.1',
     marketAddress: str(env, 'MARKET_ADDRESS') ?? '127.0.0.1',

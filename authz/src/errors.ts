@@ -64,6 +64,18 @@ export const ERROR_MESSAGE: Readonly<Record<ErrorCode, string>> = {
   sealed: 'service is sealed',
 };
 
+/**
+ * `bad_request` keeps the status of the reply it stands for, with this text per status (Envoy's
+ * own replies, and the market service's parser behind it); any other status gets
+ * ERROR_MESSAGE.bad_request.
+ */
+export const BAD_REQUEST_MESSAGE_BY_STATUS: Readonly<Record<403 | 408 | 426 | 431, string>> = {
+  403: 'protocol upgrade not supported',
+  408: 'request was not received in time',
+  426: 'HTTP/1.1 or HTTP/2 required',
+  431: 'request headers are too large',
+};
+
 export interface ErrorBody {
   readonly error: ErrorCode;
   readonly message: string;

@@ -9,7 +9,7 @@ import { createHash, type KeyObject } from 'node:crypto';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import { Ajv } from 'ajv';
 import { Counter, type Registry } from 'prom-client';
-import { ERROR_MESSAGE, errorJson, ERROR_STATUS, type ErrorCode } from '../errors.ts';
+import { BAD_REQUEST_MESSAGE_BY_STATUS, ERROR_MESSAGE, errorJson, ERROR_STATUS, type ErrorCode } from '../errors.ts';
 import { checkDocument, parseIngestBody, verifyEnvelopeSignature } from '../feed/envelope.ts';
 import type { Logger } from '../log.ts';
 import { MARKETS_QUERY_SCHEMA, QUOTES_QUERY_SCHEMA, ROOT_BODY, type ListQuery } from './schemas.ts';
@@ -40,9 +40,8 @@ const ROUTES: Record<string, string> = {
   '/': 'GET', '/healthz': 'GET', '/v1/markets': 'GET', '/v1/quotes': 'GET', '/internal/ingest/market': 'POST',
 };
 
-/** The metrics label of a request: one of ROUTES, else `other` (never a client-chosen path). */
-function routeLabel(req: IncomingMessage): string {
-  const path = new URL(req.url ?? '/', 'http://market.local').pathname;
+/** The metrics label of a path: one of ROUTES, else `other` (never a client-chosen path). */
+function routeLabel(path: string): string {
   return ROUTES[path] === undefined ? 'other' : path;
 }
 
@@ -188,7 +187,7 @@ export function createMarketService(deps: MarketServiceDeps): MarketService {
     const method = ROUTES[path];
     if (deps.isSealed()) {
       sendError(res, 'sealed');
-      return routeLabel(req);
+      return routeLabel(path);
     }
     if (method === undefined) throw new HttpError('not_found');
     if (req.method !== method && !(method === 'GET' && req.method === 'HEAD')) {
@@ -262,7 +261,7 @@ export function createMarketService(deps: MarketServiceDeps): MarketService {
           deps.logger.error({ err: String(err), path: req.url?.split('?')[0] }, 'market request failed');
           if (!res.headersSent) sendError(res, 'service_unavailable', 'market store unavailable');
         }
-        requests.labels(routeLabel(req), String(res.statusCode)).inc();
+        requests.labels(routeLabel(new URL(req.url ?? '/', 'http://market.local').pathname), String(res.statusCode)).inc();
       },
     );
   });
@@ -274,9 +273,9 @@ export function createMarketService(deps: MarketServiceDeps): MarketService {
     // maxHeaderSize, …): the same answers Envoy gives such requests itself, never a query error.
     if (!socket.writable) return;
     const [status, reason, message] = err.code === 'HPE_HEADER_OVERFLOW'
-      ? [431, 'Request Header Fields Too Large', 'request headers are too large']
+      ? [431, 'Request Header Fields Too Large', BAD_REQUEST_MESSAGE_BY_STATUS[431]]
       : err.code === 'ERR_HTTP_REQUEST_TIMEOUT'
-        ? [408, 'Request Timeout', 'request was not received in time']
+        ? [408, 'Request Timeout', BAD_REQUEST_MESSAGE_BY_STATUS[408]]
         : [400, 'Bad Request', ERROR_MESSAGE.bad_request];
     socket.end(`HTTP/1.1 ${status} ${reason}\r\ncontent-type: application/json\r\nconnection: close\r\n\r\n${errorJson('bad_request', message)}`);
   });
