@@ -92,7 +92,8 @@ function errorResponse(status: number, codes: readonly ErrorCode[], opts: { head
 }
 
 /** Envoy's codec-level replies (before routing, before rate limiting): no rate-limit headers. */
-function protocolError(status: number, message: string): Obj {
+function protocolError(status: number): Obj {
+  const message = badRequestMessage(status);
   return {
     description: `\`bad_request\` (Envoy): ${message}.`,
     headers: { Connection: headerRef('ConnectionClose') },
@@ -338,9 +339,9 @@ export function buildOpenApi(): Obj {
         ConnectionClose: { description: 'Envoy closes the connection after this answer.', schema: { type: 'string' } },
       },
       responses: {
-        RequestTimeout: protocolError(408, badRequestMessage(408)),
-        UriTooLong: protocolError(414, badRequestMessage(undefined)),
-        HeadersTooLarge: protocolError(431, badRequestMessage(431)),
+        RequestTimeout: protocolError(408),
+        UriTooLong: protocolError(414),
+        HeadersTooLarge: protocolError(431),
         TooManyRequests: {
           description: `\`too many requests\`: the client address's token bucket is empty (RATE_BURST, default ${defaults.rateBurst}; RPS_PER_IP, default ${defaults.rpsPerIp}/s). `
             + 'Checked by Envoy before anything else; wait `X-RateLimit-Reset` seconds.',
