@@ -1,25 +1,27 @@
 /**
  * The authz core as a benchmark child process, wired like production: createAuthzCore with
- * the real GeoDatabase (default DB), a RedisNonceStore on the real Redis, real metrics and
- * a pino logger on stdout; only the MarketLookup is an in-memory map seeded with the bench
- * market (in production an order's market is an in-process cache hit).
+ * the real GeoDatabase (default DB), a RedisNonceStore on the real Redis, real metrics, a
+ * pino logger on stdout, and the real in-memory market store (MemoryMarketStore; with Redis,
+ * an order's market is an in-process cache hit too), filled by the parent's 'ingest' call.
  *
- * Started by bench/authz.ts through forkNode(); reports its port over IPC and answers
- * 'stats' with the decision counters from its own metrics registry.
+ * Started by bench/authz.ts through forkNode(); reports its port over IPC, answers 'ingest'
+ * (a signed ingest body, base64) through the market service's write path, and 'stats' with
+ * the decision counters from its own metrics registry.
  * Env: the usual authz settings (EDGE_INGEST_HMAC, EDGE_FEED_ED25519_PUBLIC_KEY,
  * BLOCKED_COUNTRIES, GEO_TRUSTED_CIDRS…) and REDIS_URL.
  */
-import { createAuthzCore } from '../authz/src/authz.ts';
-import { GeoDatabase } from '../authz/src/adapters/geoip.ts';
-import { RedisNonceStore } from '../authz/src/adapters/nonce-store.ts';
-import { createRedis } from '../authz/src/adapters/redis.ts';
-import { loadConfig } from '../authz/src/config.ts';
-import { loadCredentials } from '../authz/src/credentials.ts';
-import { createLogger } from '../authz/src/log.ts';
-import { createMetrics } from '../authz/src/metrics.ts';
-import { systemClock } from '../authz/src/ports.ts';
-import { fakeMarkets } from '../authz/test/helpers.ts';
-import { MARKET, type DecisionCount } from './lib/authz-scenarios.ts';
+import { createAuthzCore } from '../authz/src/authz/core.ts';
+import { GeoDatabase } from '../authz/src/shared/adapters/geoip.ts';
+import { RedisNonceStore } from '../authz/src/shared/adapters/nonce-store.ts';
+import { createRedis } from '../authz/src/shared/adapters/redis.ts';
+import { loadConfig } from '../authz/src/shared/config.ts';
+import { loadCredentials } from '../authz/src/shared/credentials.ts';
+import { createLogger } from '../authz/src/shared/log.ts';
+import { createMetrics } from '../authz/src/shared/metrics.ts';
+import { systemClock } from '../authz/src/shared/ports.ts';
+import { MemoryMarketStore } from '../authz/src/market/store.ts';
+import type { DecisionCount } from './lib/authz-scenarios.ts';
+import { ingestInto } from './lib/market-service.ts';
 import { serveParent } from './lib/serve-parent.ts';
 
 const config = loadConfig();
@@ -33,16 +35,18 @@ await new Promise<void>((resolve, reject) => {
   redis.once('error', reject);
 });
 
+const markets = new MemoryMarketStore();
 const core = createAuthzCore({
   config, credentials, geo, logger, metrics,
   nonces: new RedisNonceStore(redis),
-  markets: fakeMarkets([MARKET]),
+  markets,
   clock: systemClock,
 });
 const port = await core.grpc.listen('127.0.0.1', 0);
 core.grpc.setServing(true);
 
 serveParent(port, {
+  ingest: (body) => ingestInto(markets, credentials.feedKeys, Buffer.from(String(body), 'base64')),
   async stats(): Promise<DecisionCount[]> {
     const counter = metrics.registry.getSingleMetric('edge_authz_decisions_total');
     if (counter === undefined) return [];

@@ -4,7 +4,8 @@
  *
  *   1. In-process: the decision logic alone (decode → evaluate → encode) and its parts.
  *   2. Two child servers: bench/floor-server.ts (allow-all) and bench/authz-server.ts (the
- *      real core: GeoDatabase, Redis nonces, metrics). Their CPU is read from /proc.
+ *      real core: GeoDatabase, Redis nonces, metrics, the real market store with the market
+ *      ingested through the market service). Their CPU is read from /proc.
  *   3. Preflight: every scenario is decided as expected; a replayed nonce is denied.
  *   4. Warm-up, then latency at concurrency 1, then R interleaved rounds under load:
  *      floor, (a), floor via node client, (b), (c), floor, (a), …
@@ -13,38 +14,29 @@
  * Env: BENCH_ROUNDS (5), BENCH_SECONDS (3), REDIS_URL (redis://127.0.0.1:6379/0),
  * BENCH_NO_DOCS=1 to leave docs/benchmarks.md alone, BENCH_GENERATOR=node to drive every
  * scenario with the node:http2 client instead of h2load (what happens when h2load is missing).
+ * Quickest check (~35 s): BENCH_NO_DOCS=1 BENCH_ROUNDS=1 BENCH_SECONDS=1 npm run bench:authz.
  */
 import { randomBytes } from 'node:crypto';
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
-import { availableParallelism, cpus, tmpdir } from 'node:os';
+import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { execFileSync } from 'node:child_process';
-import { Redis } from 'ioredis';
+import { withServiceRuntime } from '../authz/src/shared/runtime-env.ts';
 import { newFeedKey } from '../authz/test/helpers.ts';
 import {
-  BENCH_POLICY_ENV, CHECK_PATH, geoGetRequest, ingestRequestFactory, orderRequest, type DecisionCount,
+  BENCH_POLICY_ENV, CHECK_PATH, geoGetRequest, ingestRequestFactory, marketIngestBody, orderRequest, type DecisionCount,
 } from './lib/authz-scenarios.ts';
 import { measureInProcess } from './lib/authz-inprocess.ts';
-import { ms, pct, renderIntro, renderSection, summarize, type Key, type Report, type Run, type Summary } from './lib/authz-report.ts';
+import { ms, pct, renderSection, summarize, type Key, type Report, type Run, type Summary } from './lib/authz-report.ts';
 import { forkNode, type NodeChild } from './lib/child.ts';
+import { benchLog, envInt, machineLine, redisPid, today, workDir } from './lib/env.ts';
 import { checkResponseCode, frameGrpc } from './lib/grpc-wire.ts';
 import { runHttp2Client } from './lib/h2-client.ts';
 import { ensureH2load, runH2load } from './lib/h2load.ts';
-import { writeSection } from './lib/markdown-section.ts';
-import { processCpuSeconds, startCpuWindow } from './lib/proc.ts';
+import { writeBenchmarksSection } from './lib/markdown-section.ts';
+import { startCpuWindow } from './lib/proc.ts';
 import { fmt, percentile, sortedCopy } from './lib/stats.ts';
 
 const ROOT = new URL('..', import.meta.url).pathname;
-const DOC = join(ROOT, 'docs/benchmarks.md');
 const HEADING = '## Authorization service (ext_authz Check)';
-
-function envInt(name: string, def: number, min: number): number {
-  const raw = process.env[name];
-  if (raw === undefined || raw === '') return def;
-  const n = Number(raw);
-  if (!Number.isInteger(n) || n < min) throw new Error(`${name}: expected an integer ≥ ${min}, got ${JSON.stringify(raw)}`);
-  return n;
-}
 
 // Many short rounds rather than a few long ones: the median then shrugs off a run that caught
 // a noisy neighbour or a server in its other batching/GC mode (see docs/benchmarks.md).
@@ -59,10 +51,7 @@ const REDIS_URL = process.env['REDIS_URL'] ?? 'redis://127.0.0.1:6379/0';
 /** Upper bound on ingests/s used to size each run's pool of one-time signed requests. */
 const MAX_INGEST_RATE = 10_000;
 
-const t0 = performance.now();
-const log = (m: string): void => {
-  process.stderr.write(`[bench:authz ${((performance.now() - t0) / 1000).toFixed(1).padStart(5)}s] ${m}\n`);
-};
+const log = benchLog('authz');
 
 type Concurrency = { readonly connections: number; readonly streams: number };
 
@@ -205,27 +194,6 @@ async function preflight(sc: Record<Key, Scenario>, a: Buffer, c: Buffer, framed
   if (replays !== 5) throw new Error(`preflight (b): server counted ${replays} ingest_replay denials, expected 5`);
 }
 
-async function redisPid(): Promise<{ pid: number | undefined; version: string }> {
-  const r = new Redis(REDIS_URL, { lazyConnect: true, maxRetriesPerRequest: 0, connectTimeout: 2000 });
-  try {
-    await r.connect();
-    const info = await r.info('server');
-    const pid = Number(/process_id:(\d+)/.exec(info)?.[1]);
-    const version = /redis_version:([^\r\n]+)/.exec(info)?.[1] ?? '?';
-    // Only when it is on this machine (its /proc entry readable): then its CPU is counted too.
-    try {
-      processCpuSeconds(pid);
-      return { pid, version };
-    } catch {
-      return { pid: undefined, version };
-    }
-  } catch (err) {
-    throw new Error(`Redis at ${REDIS_URL} is not reachable (${String(err)}); the bench needs it for ingest nonces`, { cause: err });
-  } finally {
-    r.disconnect();
-  }
-}
-
 function versionOf(pkg: string): string {
   return (JSON.parse(readFileSync(join(ROOT, 'node_modules', pkg, 'package.json'), 'utf8')) as { version: string }).version;
 }
@@ -272,8 +240,9 @@ async function main(): Promise<void> {
     ? 'BENCH_GENERATOR=node: the node:http2 client drove every scenario (no h2load).'
     : 'h2load was not available (apt-get failed), so the node:http2 client drove every scenario instead.';
   if (h2loadBin === undefined) log(generatorNote);
-  const redis = await redisPid();
-  const scratch = mkdtempSync(join(tmpdir(), 'bench-authz-'));
+  // The shared Redis (ingest nonces); its CPU is charged to (b) when it runs on this machine.
+  const redis = redisPid(REDIS_URL);
+  const scratch = workDir('authz');
   const hmacKey = randomBytes(32);
   const feed = newFeedKey();
   const env = {
@@ -291,14 +260,17 @@ async function main(): Promise<void> {
   const a = frameGrpc(aMsg);
   const c = frameGrpc(cMsg);
 
-  const inproc = await measureInProcess({ env, redisUrl: REDIS_URL, geoGet: aMsg, order: cMsg, ingests }, log);
+  // The market (c) orders, as the feed signs it; stored in each core's market store before any Check.
+  const market = marketIngestBody(feed, 1);
+  const inproc = await measureInProcess({ env, redisUrl: REDIS_URL, geoGet: aMsg, order: cMsg, ingests, market }, log);
 
   log('starting floor and authz servers');
   const childEnv = { ...process.env, ...env };
   const floor = await forkNode(join(ROOT, 'bench/floor-server.ts'), { env: childEnv, logFile: join(scratch, 'floor.log') });
-  const authz = await forkNode(join(ROOT, 'bench/authz-server.ts'), { env: childEnv, logFile: join(scratch, 'authz.log') });
+  const authz = await forkNode(join(ROOT, 'bench/authz-server.ts'), { env: withServiceRuntime(childEnv), logFile: join(scratch, 'authz.log') });
   try {
-    const sc = buildScenarios({ floor, authz, useH2load: h2loadBin !== undefined, scratch, a, c, framedIngests, redisPid: redis.pid });
+    await authz.call('ingest', market.toString('base64'));
+    const sc = buildScenarios({ floor, authz, useH2load: h2loadBin !== undefined, scratch, a, c, framedIngests, redisPid: redis });
     const sequence: Key[] = ['floor', 'a', 'floorNode', 'b', 'c'];
     const scenarios = sequence.map((k) => sc[k]);
 
@@ -325,25 +297,14 @@ async function main(): Promise<void> {
 
     const report: Report = {
       settings: { rounds: ROUNDS, seconds: SECONDS, warmupSeconds: WARMUP_SECONDS, unloadedSeconds: UNLOADED_SECONDS, load: LOAD },
-      env: {
-        date: new Date().toISOString().slice(0, 10),
-        cpu: cpus()[0]?.model.trim() ?? 'unknown CPU',
-        cpus: String(availableParallelism()),
-        node: process.versions.node,
-        grpcjs: versionOf('@grpc/grpc-js'),
-        h2load: h2loadBin === undefined ? 'no h2load' : execFileSync(h2loadBin, ['--version'], { encoding: 'utf8' }).trim(),
-        redis: redis.version,
-      },
+      env: { date: today(), machine: machineLine(h2loadBin), grpcjs: versionOf('@grpc/grpc-js') },
       scenarios, loaded, unloaded, inproc,
       sizes: { a: aMsg.length, b: bSize, c: cMsg.length },
       generatorNote,
     };
     const section = renderSection(report);
     process.stdout.write(`${HEADING}\n${section}`);
-    if (process.env['BENCH_NO_DOCS'] !== '1') {
-      writeSection(DOC, HEADING, section, renderIntro());
-      log(`wrote "${HEADING.slice(3)}" in ${DOC}`);
-    }
+    if (writeBenchmarksSection(HEADING, section)) log(`wrote "${HEADING.slice(3)}" in docs/benchmarks.md`);
   } catch (err) {
     for (const name of ['authz.log', 'floor.log']) {
       const text = readFileSync(join(scratch, name), 'utf8').trim().split('\n').slice(-20).join('\n');
@@ -352,7 +313,6 @@ async function main(): Promise<void> {
     throw err;
   } finally {
     await Promise.all([floor.stop(), authz.stop()]);
-    rmSync(scratch, { recursive: true, force: true });
   }
   log('done');
 }

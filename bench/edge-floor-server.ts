@@ -6,9 +6,9 @@
  */
 import * as grpc from '@grpc/grpc-js';
 import { loadPackageDefinition, SERVICE_NAMES } from '../proto/index.ts';
-import { ALLOW } from '../authz/src/decision.ts';
-import { toCheckResponse } from '../authz/src/envoy/response.ts';
-import { ORDER_PAYLOAD_METADATA_KEY } from '../authz/src/stages/order.ts';
+import { ALLOW } from '../authz/src/authz/decision.ts';
+import { toCheckResponse } from '../authz/src/authz/codec/response.ts';
+import { ORDER_PAYLOAD_METADATA_KEY } from '../authz/src/shared/contract.ts';
 import { serveParent } from './lib/serve-parent.ts';
 
 interface Req { attributes?: { request?: { http?: { path?: string; raw_body?: Buffer } } } }
@@ -16,7 +16,7 @@ interface Req { attributes?: { request?: { http?: { path?: string; raw_body?: Bu
 const pd = loadPackageDefinition();
 const OK = { status: { code: 0 }, ok_response: {} };
 const server = new grpc.Server({ 'grpc.max_receive_message_length': 16 * 1024 * 1024, 'grpc.keepalive_permit_without_calls': 1 });
-// Same HTTP/2 reset limits as the authz server (see authz/src/grpc/server.ts), for a fair floor.
+// Same HTTP/2 reset limits as the authz server (see authz/src/authz/grpc-server.ts), for a fair floor.
 Object.assign((server as unknown as { commonServerOptions: object }).commonServerOptions, { streamResetBurst: 1_000_000, streamResetRate: 1_000_000 });
 server.addService(pd[SERVICE_NAMES.authorization] as grpc.ServiceDefinition, {
   Check(call: grpc.ServerUnaryCall<Req, object>, cb: grpc.sendUnaryData<object>) {

@@ -3,25 +3,16 @@
  * port to the parent (bench/lib/child.ts protocol). `fill` stores N signed markets.
  */
 import { generateKeyPairSync } from 'node:crypto';
-import { Writable } from 'node:stream';
-import { Registry } from 'prom-client';
-import { createRedis } from '../authz/src/adapters/redis.ts';
-import { createLogger } from '../authz/src/log.ts';
-import { createMarketService } from '../authz/src/marketdata/http.ts';
-import { RedisMarketStore } from '../authz/src/marketdata/redis-store.ts';
-import { validateDocument } from '../authz/src/feed/schema.ts';
+import { createRedis } from '../authz/src/shared/adapters/redis.ts';
+import { RedisMarketStore } from '../authz/src/market/redis-store.ts';
+import { validateDocument } from '../authz/src/shared/feed/schema.ts';
+import { startMarketService } from './lib/market-service.ts';
 import { serveParent } from './lib/serve-parent.ts';
 
 const redis = createRedis(process.env['REDIS_URL'] ?? 'redis://127.0.0.1:6379/0', { commandTimeout: 5000 });
 await new Promise<void>((resolve) => redis.once('ready', () => resolve()));
 const store = new RedisMarketStore(redis, { cacheTtlMs: 2000 });
-const feed = generateKeyPairSync('ed25519');
-const svc = createMarketService({
-  store, feedKeys: [feed.publicKey], ingestMaxBytes: 1 << 20,
-  logger: createLogger('silent', new Writable({ write: (_c, _e, cb) => cb() })), registry: new Registry(),
-  readiness: () => ({ store: store.ready() }), isSealed: () => false, host: '127.0.0.1', port: 0,
-});
-const port = await svc.listen();
+const { service, port } = await startMarketService(store, [generateKeyPairSync('ed25519').publicKey]);
 
 function doc(i: number): ReturnType<typeof validateDocument> {
   return validateDocument({
@@ -47,7 +38,7 @@ serveParent(port, {
     return `0x${(Math.floor(n / 2)).toString(16).padStart(64, '0')}`;
   },
 }, async () => {
-  await svc.close();
+  await service.close();
   await store.close();
   redis.disconnect();
 });

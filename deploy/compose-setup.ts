@@ -11,7 +11,7 @@
  *   .secrets/pki/  dev PKI: backend CA + server certificate for the service name `backend`,
  *                  client CA, and the edge's client certificate in the Kubernetes ..data layout
  *                  (client/tls.crt → ..data/tls.crt) so rotation is an atomic symlink swap
- *   .geoip/country.mmdb  the CC0 country database (replace it monthly by rename)
+ *   .geoip/country.mmdb  the packaged default country database (development only; replace by rename)
  *   .env           EDGE_UID/EDGE_GID: the user every container runs as
  *
  * Compose mounts file secrets as bind mounts, so the host file's owner and mode are what the
@@ -21,10 +21,10 @@
  */
 import { generateKeyPairSync, randomBytes } from 'node:crypto';
 import { chmodSync, chownSync, existsSync, mkdirSync, readdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
-import { join, resolve } from 'node:path';
+import { dirname, join, resolve } from 'node:path';
 import { parseArgs } from 'node:util';
 import { fileURLToPath } from 'node:url';
-import { DEFAULT_GEOIP_DB } from '../authz/src/config.ts';
+import { DEFAULT_GEOIP_DB } from '../authz/src/shared/config.ts';
 import { generateDevPki, issue, publishClientCert } from '../scripts/dev/certs.ts';
 
 /** The uid/gid the service image runs as (deploy/Dockerfile `USER 1000:1000`). */
@@ -52,6 +52,29 @@ export function containerIds(uid: number, gid: number): { uid: number; gid: numb
   return uid === 0 ? { uid: IMAGE_UID, gid: IMAGE_UID } : { uid, gid };
 }
 
+/**
+ * The first directory on the way to `dir` (itself included) that `ids` cannot search (x), or
+ * undefined. Directories that do not exist yet are created by root, with the default mode. Mode
+ * bits as the kernel applies them to a process whose only group is `ids.gid` (the user this
+ * script continues as); POSIX ACLs are not read. Checked before anything is written, so a
+ * directory only root can enter fails with a message instead of EACCES half way through.
+ */
+export function unsearchableDir(dir: string, ids: { uid: number; gid: number }): string | undefined {
+  if (ids.uid === 0) return undefined;
+  const chain: string[] = [];
+  for (let d = resolve(dir); ; d = dirname(d)) {
+    chain.unshift(d);
+    if (dirname(d) === d) break;
+  }
+  for (const d of chain) {
+    const st = statSync(d, { throwIfNoEntry: false });
+    if (st === undefined) return undefined;
+    const shift = st.uid === ids.uid ? 6 : st.gid === ids.gid ? 3 : 0;
+    if (((st.mode >> shift) & 0o1) === 0) return d;
+  }
+  return undefined;
+}
+
 /** As root, continue as the containers' user so every file written is theirs. */
 function becomeContainerUser(ids: { uid: number; gid: number }): void {
   if (process.getuid?.() === 0 && ids.uid !== 0) {
@@ -73,10 +96,23 @@ function restrict(dir: string): void {
   }
 }
 
+/** A refusal with a message for the operator (printed without a stack trace). */
+export class SetupError extends Error {
+  override readonly name = 'SetupError';
+}
+
 export function setup(out: string): string {
   const ids = containerIds(process.getuid?.() ?? IMAGE_UID, process.getgid?.() ?? IMAGE_UID);
   const secrets = join(out, '.secrets');
   if (existsSync(join(out, COMPOSE_FILES.ingestHmac))) return `${secrets} already exists; delete it to regenerate`;
+  const blocked = unsearchableDir(out, ids);
+  if (blocked !== undefined) {
+    throw new SetupError(
+      `${blocked} is not searchable by ${ids.uid}:${ids.gid}, the user the containers run as: every directory down to ${out} `
+      + 'must be, so that user can write the files and the containers can read them (compose bind-mounts them as they are). '
+      + 'Choose another --out, or grant search permission (e.g. chmod o+x on that directory)',
+    );
+  }
   writeFileSync(join(out, COMPOSE_FILES.env), `# written by deploy/compose-setup.ts: the user the containers run as\nEDGE_UID=${ids.uid}\nEDGE_GID=${ids.gid}\n`);
   for (const d of [secrets, join(out, COMPOSE_FILES.geoipDir)]) {
     mkdirSync(d, { recursive: true, mode: 0o700 });
@@ -107,7 +143,7 @@ export function setup(out: string): string {
  */
 export function rotateClientCert(out: string): string {
   const pki = join(out, COMPOSE_FILES.pki);
-  if (!existsSync(join(pki, 'client-ca.key'))) throw new Error(`${pki}: run compose-setup.ts first`);
+  if (!existsSync(join(pki, 'client-ca.key'))) throw new SetupError(`${pki}: run compose-setup.ts first`);
   const st = statSync(pki);
   becomeContainerUser({ uid: st.uid, gid: st.gid });
   const name = `client-${Date.now()}`;
@@ -120,5 +156,11 @@ export function rotateClientCert(out: string): string {
 if (import.meta.main) {
   const { values } = parseArgs({ options: { out: { type: 'string' }, 'rotate-client-cert': { type: 'boolean' } } });
   const out = resolve(values.out ?? fileURLToPath(new URL('./', import.meta.url)));
-  process.stdout.write(`compose-setup: ${values['rotate-client-cert'] === true ? rotateClientCert(out) : setup(out)}\n`);
+  try {
+    process.stdout.write(`compose-setup: ${values['rotate-client-cert'] === true ? rotateClientCert(out) : setup(out)}\n`);
+  } catch (err) {
+    if (!(err instanceof SetupError)) throw err;
+    process.stderr.write(`compose-setup: ${err.message}\n`);
+    process.exitCode = 1;
+  }
 }

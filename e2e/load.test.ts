@@ -22,7 +22,7 @@ after(async () => stack?.stop());
 test('sustained order load (h2load, 16 connections, 4 s): every order 200, none lost or failed', async () => {
   // Regression: when orders went through ext_proc, Envoy reset every finished stream; Node's
   // HTTP/2 rapid-reset guard then closed the authz connection and ~1 % of orders failed 503
-  // (authz/src/grpc/server.ts). The order-body Lua filter must hold the same load with no 5xx.
+  // (authz/src/authz/grpc-server.ts). The order-body Lua filter must hold the same load with no 5xx.
   // h2load (Debian nghttp2-client, installed by .ci/run) drives enough load to show it.
   const { execFile } = await import('node:child_process');
   const { promisify } = await import('node:util');

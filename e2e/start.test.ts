@@ -9,7 +9,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFile, spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { connect } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -41,7 +41,7 @@ function processesMentioning(needle: string): { pid: number; cmd: string; env: s
   return out;
 }
 
-test('npm start: ready on /healthz, the banner\'s ingest and order work, Ctrl-C stops every process; Envoy and Redis never see the keys', { timeout: 120_000 }, async () => {
+test('npm start: ready on /healthz, the banner\'s ingest and order work, Ctrl-C stops every process; no process has the HMAC key in its environment', { timeout: 120_000 }, async () => {
   const runDir = mkdtempSync(join(tmpdir(), 'edge-start-'));
   const ports = {
     EDGE_PORT: await freePort(), AUTHZ_GRPC_PORT: await freePort(), MARKET_PORT: await freePort(),
@@ -73,7 +73,12 @@ test('npm start: ready on /healthz, the banner\'s ingest and order work, Ctrl-C 
     assert.match(ing.stdout, /^200 .*"stored"/, ing.stdout);
     const markets = await (await fetch(`${edge}/v1/markets?conditionId=0xdemo`)).json() as { markets: unknown[] };
     assert.equal(markets.markets.length, 1);
-    const orderFile = join(runDir, 'order.bin');
+    // The banner's example order file is under the run directory (not a shared /tmp path).
+    const orderLine = /head -c 64 \/dev\/urandom > '([^']+)'\n.*edge-client\.ts order 0xdemo 10 '([^']+)'/.exec(out);
+    assert.ok(orderLine, `the banner names the order file:\n${out}`);
+    const orderFile = orderLine[1]!;
+    assert.equal(orderFile, join(runDir, 'order.bin'));
+    assert.equal(orderLine[2], orderFile);
     writeFileSync(orderFile, randomBytes(64));
     const order = await client('order', '0xdemo', '10', orderFile);
     assert.match(order.stdout, /^200 /, order.stdout);
@@ -88,10 +93,22 @@ test('npm start: ready on /healthz, the banner\'s ingest and order work, Ctrl-C 
       assert.match(p.env, /DEV_RUN_DIR=/, `${p.cmd}: its environment is readable`);
       assert.doesNotMatch(p.env, /EDGE_INGEST_HMAC=|REDIS_URL=/, `${p.cmd} has the HMAC key or the Redis URL in its environment`);
     }
+    // The TS service reads the key from a file: its environment (readable in /proc for the life
+    // of the process, sealed or not) names the file and holds no key.
+    const hmacHex = /^hex:([0-9a-f]+)$/.exec(keys['EDGE_INGEST_HMAC'] ?? '')?.[1];
+    assert.ok(hmacHex !== undefined && hmacHex.length === 64, 'dev.env holds the development HMAC key');
+    const authz = processesMentioning('authz/src/main.ts').filter((p) => p.env.includes(`DEV_RUN_DIR=${runDir}`));
+    assert.equal(authz.length, 1, 'the TS service process');
+    assert.match(authz[0]!.env, new RegExp(`EDGE_INGEST_HMAC_FILE=${runDir}/secrets/edge_ingest_hmac\0`));
+    assert.doesNotMatch(authz[0]!.env, /EDGE_INGEST_HMAC=/);
+    assert.ok(!authz[0]!.env.includes(hmacHex), 'the HMAC key is not in the TS service\'s environment');
+    assert.equal(statSync(join(runDir, 'secrets/edge_ingest_hmac')).mode & 0o777, 0o600);
   } finally {
     child.kill('SIGINT');
   }
-  const code = await Promise.race([exited, sleep(30_000).then(() => 'timeout')]);
+  const timer = new AbortController();
+  const code = await Promise.race([exited, sleep(30_000, 'timeout', { signal: timer.signal }).catch(() => 'aborted')]);
+  timer.abort();
   assert.equal(code, 0, out);
   assert.match(out, /start: stopped/);
   // Nothing of the stack is left: no process mentions the run directory, and the ports are free.

@@ -30,7 +30,7 @@ export interface ValidateResult {
  * proto constraint violations are errors), builds clusters, listeners and filter factories,
  * and reads every referenced file (CA, certificate, key). It opens no sockets and sends no
  * traffic. It cannot tell whether the SDS file's certificate paths exist: a broken SDS file
- * is only a warning there (notes/envoy.md §0), so callers check those files themselves.
+ * is only a warning there (docs/envoy.md §6), so callers check those files themselves.
  */
 export function validateBootstrap(bootstrapPath: string, bin: string = envoyBinary()): ValidateResult {
   const r = spawnSync(bin, ['--mode', 'validate', '-c', bootstrapPath, '--log-level', 'warn'], {

@@ -21,14 +21,16 @@
  * Cost: LuaJIT decodes ~5.5 ms per MiB on this machine's Envoy worker (0.2–0.4 ms at the
  * default 32 KiB ORDER_PAYLOAD_MAX_BYTES), during which that worker serves nothing else.
  */
+import { HEADER } from '../authz/src/shared/contract.ts';
 
 /**
- * The request headers (besides `:`-pseudo-headers) the backend receives with an order: CONTRACT
- * §5's, the address Envoy computed for the client, and Envoy's forwarding headers.
+ * The request headers (besides `:`-pseudo-headers) the backend receives with an order: those of
+ * docs/api.md "POST /v1/orders", the address Envoy computed for the client, and Envoy's
+ * forwarding headers.
  */
 export const ORDER_UPSTREAM_HEADERS = [
-  'content-type', 'content-length', 'x-request-id', 'x-edge-market-id', 'x-edge-deadline', 'x-edge-size',
-  'x-edge-client-ip', 'x-forwarded-for', 'x-forwarded-proto', 'user-agent',
+  'content-type', 'content-length', HEADER.requestId, HEADER.marketId, HEADER.deadline, HEADER.size,
+  HEADER.clientIp, 'x-forwarded-for', 'x-forwarded-proto', 'user-agent',
 ] as const;
 
 /** Lua long-bracket string literal for `s` (no escaping needed, any bytes but the closing bracket). */

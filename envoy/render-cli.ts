@@ -2,22 +2,25 @@
  * Writes the Envoy bootstrap and the client-certificate SDS file for the current environment.
  *
  *   scripts/node envoy/render-cli.ts <out-dir> [--sds-path <path>] [--access-log <path>]
- *       [--node-id <id>] [--allowed-headers minimal|all] [--authz-timeout-ms <n>] [--validate]
+ *       [--node-id <id>] [--allowed-headers minimal|all] [--ratelimit-config <file>] [--validate]
  *
  * Output: <out-dir>/envoy.yaml and, when ORDER_BACKEND_URL is set, <out-dir>/sds-client-cert.yaml.
  * The bootstrap refers to the SDS file by absolute path: by default where it was written;
  * `--sds-path` names where it will be mounted instead (Kubernetes ConfigMap, container image).
  * Files are replaced atomically (write + rename), so a running Envoy never reads half a file.
+ * `--ratelimit-config <file>` also writes the same rate limit as an envoyproxy/ratelimit config
+ * file (domain, descriptors, RPS_PER_IP per second), for RATELIMIT_SERVICE_ADDRESS pointing at
+ * that service instead of the TS one (docs/operations.md, "Another rate limit service").
  * `--validate` then runs `envoy --mode validate` and checks the certificate files are readable
- * (validate mode only warns about a broken SDS resource; notes/envoy.md §0).
+ * (validate mode only warns about a broken SDS resource; docs/envoy.md §6).
  * Exit status: 0 written (and valid), 1 bad setting or invalid config, 2 usage.
  */
 import { accessSync, constants, mkdirSync, renameSync, writeFileSync } from 'node:fs';
-import { join, resolve } from 'node:path';
+import { dirname, join, resolve } from 'node:path';
 import { parseArgs } from 'node:util';
-import { ConfigError, loadConfig } from '../authz/src/config.ts';
+import { ConfigError, loadConfig } from '../authz/src/shared/config.ts';
 import { validateBootstrap } from './envoy-bin.ts';
-import { renderEnvoy, type AllowedHeaders } from './render.ts';
+import { rateLimitServiceConfig, renderEnvoy, type AllowedHeaders } from './render.ts';
 
 export const BOOTSTRAP_FILE = 'envoy.yaml';
 export const SDS_FILE = 'sds-client-cert.yaml';
@@ -28,16 +31,10 @@ function writeAtomic(path: string, text: string, mode: number): void {
   renameSync(tmp, path);
 }
 
-function positiveInt(name: string, raw: string | undefined): number | undefined {
-  if (raw === undefined) return undefined;
-  if (!/^[1-9][0-9]{0,6}$/.test(raw)) throw new UsageError(`${name}: expected a positive integer, got ${JSON.stringify(raw)}`);
-  return Number(raw);
-}
-
 class UsageError extends Error {}
 
 const USAGE = 'usage: render-cli.ts <out-dir> [--sds-path <path>] [--access-log <path>] [--node-id <id>] '
-  + '[--allowed-headers minimal|all] [--authz-timeout-ms <n>] [--validate]';
+  + '[--allowed-headers minimal|all] [--ratelimit-config <file>] [--validate]';
 
 /** The CLI, callable from tests. Returns the exit status. */
 export function main(argv: readonly string[], env: Readonly<Record<string, string | undefined>> = process.env): number {
@@ -50,7 +47,7 @@ export function main(argv: readonly string[], env: Readonly<Record<string, strin
         'access-log': { type: 'string' },
         'node-id': { type: 'string' },
         'allowed-headers': { type: 'string' },
-        'authz-timeout-ms': { type: 'string' },
+        'ratelimit-config': { type: 'string' },
         validate: { type: 'boolean' },
       },
     });
@@ -65,7 +62,6 @@ export function main(argv: readonly string[], env: Readonly<Record<string, strin
       accessLogPath: values['access-log'],
       nodeId: values['node-id'],
       allowedHeaders: allowed as AllowedHeaders,
-      authzTimeoutMs: positiveInt('--authz-timeout-ms', values['authz-timeout-ms']),
     });
     for (const w of rendered.warnings) process.stderr.write(`render-cli: warning: ${w}\n`);
     mkdirSync(outDir, { recursive: true });
@@ -73,6 +69,13 @@ export function main(argv: readonly string[], env: Readonly<Record<string, strin
     writeAtomic(bootstrapPath, rendered.bootstrap, 0o644);
     if (rendered.sds !== undefined) writeAtomic(join(outDir, SDS_FILE), rendered.sds, 0o644);
     process.stdout.write(`${bootstrapPath}\n`);
+    const rlsConfig = values['ratelimit-config'];
+    if (rlsConfig !== undefined) {
+      const path = resolve(rlsConfig);
+      mkdirSync(dirname(path), { recursive: true });
+      writeAtomic(path, rateLimitServiceConfig(config), 0o644);
+      process.stdout.write(`${path}\n`);
+    }
     if (values.validate) {
       const backend = config.orderBackend;
       if (backend !== undefined) {

@@ -39,17 +39,19 @@ export const PROTO_LOADER_OPTIONS = {
 /** Proto files this service implements (paths relative to PROTO_INCLUDE_DIRS). */
 export const SERVICE_PROTOS = [
   'envoy/service/auth/v3/external_auth.proto',
+  'envoy/service/ratelimit/v3/rls.proto',
 ] as const;
 
 /** Fully qualified names of the services served on AUTHZ_GRPC_PORT. */
 export const SERVICE_NAMES = {
   authorization: 'envoy.service.auth.v3.Authorization',
+  rateLimit: 'envoy.service.ratelimit.v3.RateLimitService',
   health: 'grpc.health.v1.Health',
 } as const;
 
 let cached: protoLoader.PackageDefinition | undefined;
 
-/** Loads (once) the package definition holding Authorization and Health. */
+/** Loads (once) the package definition holding Authorization, RateLimitService and Health. */
 export function loadPackageDefinition(): protoLoader.PackageDefinition {
   cached ??= protoLoader.loadSync([...SERVICE_PROTOS, healthProtoPath], PROTO_LOADER_OPTIONS);
   return cached;

@@ -12,7 +12,7 @@
  */
 import { createHash, createHmac, createPrivateKey, randomBytes, sign } from 'node:crypto';
 import { readFileSync } from 'node:fs';
-import { parseHmacKey } from '../authz/src/credentials.ts';
+import { parseHmacKey } from '../authz/src/shared/credentials.ts';
 
 const PKCS8_ED25519_PREFIX = Buffer.from('302e020100300506032b657004220420', 'hex');
 
@@ -29,7 +29,7 @@ function hmacKey(): Buffer {
   return parseHmacKey('EDGE_INGEST_HMAC', raw);
 }
 
-/** Signs a document: Ed25519 over SHA-256(document) (SPEC §5), then the HMAC headers (CONTRACT §3). */
+/** Signs a document: Ed25519 over SHA-256(document) (docs/api.md "POST /internal/ingest/market"), then the HMAC headers (docs/api.md "POST /internal/ingest/market"). */
 export function signedIngest(doc: Buffer, conditionId: string, key = hmacKey(), feed = feedPrivateKey()): { body: Buffer; headers: Record<string, string> } {
   const s = sign(null, createHash('sha256').update(doc).digest(), feed).toString('hex');
   const body = Buffer.from(JSON.stringify({ conditionId, d: doc.toString('base64'), s, k: 'ed25519-sha256' }));

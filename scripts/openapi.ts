@@ -1,17 +1,19 @@
 /**
  * Generates docs/openapi.yaml (OpenAPI 3.1) from the definitions the service itself uses, so the
  * contract cannot drift from the code:
- *   - the error table: ERROR_STATUS / ERROR_MESSAGE (authz/src/errors.ts) → the `Error` schema,
+ *   - the error table: ERROR_STATUS / ERROR_MESSAGE (authz/src/shared/errors.ts) → the `Error` schema,
  *     one response per status whose `error` enum holds exactly the codes of that status;
- *   - the market document schema (authz/src/feed/schema.ts) → MarketDocument, and the decoded
+ *   - the market document schema (authz/src/shared/feed/schema.ts) → MarketDocument, and the decoded
  *     content of the ingest envelope's `d`;
- *   - the market service's query and response schemas (authz/src/marketdata/schemas.ts) → the
+ *   - the market service's query and response schemas (authz/src/market/schemas.ts) → the
  *     query parameters and 200 bodies of /v1/markets and /v1/quotes;
  *   - Envoy's own replies (envoy/render.ts: bad_request messages, the market-route timeout);
- *   - the defaults of the settings (authz/src/config.ts) → limits quoted in descriptions.
- * What exists only here: the route table (six operations), the request-header patterns of
- * CONTRACT §3 and the OrderRequest envelope (CONTRACT §5), both checked against the code by
- * e2e/openapi.test.ts, and the prose.
+ *   - the defaults of the settings (authz/src/shared/config.ts) → limits quoted in descriptions;
+ *   - every pattern (ids, decimals, the ingest headers, strict base64): authz/src/shared/rules.ts, the
+ *     same strings the code compiles (a property test proves strictBase64Length agrees with the
+ *     published strict-base64 pattern).
+ * What exists only here: the route table (six operations), the OrderRequest envelope's shape
+ * (its rules come from rules.ts; schemathesis checks the running edge against it) and the prose.
  *
  *   npm run openapi            # rewrite docs/openapi.yaml
  *   npm run openapi -- --check # exit 1 when the committed file is stale
@@ -22,29 +24,19 @@
 import { readFileSync, writeFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import YAML from 'yaml';
-import { DEFAULT_GEO_NOTICE, loadConfig } from '../authz/src/config.ts';
-import { ERROR_MESSAGE, ERROR_STATUS, type ErrorCode } from '../authz/src/errors.ts';
-import { CONDITION_ID_PATTERN, DECIMAL_PATTERN, MARKET_DOCUMENT_SCHEMA } from '../authz/src/feed/schema.ts';
-import { ENVELOPE_SCHEMA, MARKETS_QUERY_SCHEMA, MARKETS_RESPONSE_SCHEMA, QUOTE_SCHEMA, QUOTES_QUERY_SCHEMA, QUOTES_RESPONSE_SCHEMA, ROOT_BODY } from '../authz/src/marketdata/schemas.ts';
+import { DEFAULT_GEO_NOTICE, loadConfig } from '../authz/src/shared/config.ts';
+import { ERROR_MESSAGE, ERROR_STATUS, type ErrorCode } from '../authz/src/shared/errors.ts';
+import { MARKET_DOCUMENT_SCHEMA } from '../authz/src/shared/feed/schema.ts';
+import { PATHS } from '../authz/src/shared/contract.ts';
+import { PATTERN } from '../authz/src/shared/rules.ts';
+import { ENVELOPE_SCHEMA, MARKETS_QUERY_SCHEMA, MARKETS_RESPONSE_SCHEMA, QUOTE_SCHEMA, QUOTES_QUERY_SCHEMA, QUOTES_RESPONSE_SCHEMA, ROOT_BODY } from '../authz/src/market/schemas.ts';
 import { BAD_REQUEST_MESSAGES, UPSTREAM_TIMEOUT_MESSAGE } from '../envoy/render.ts';
-import { STORE_OUTCOME_UNKNOWN_MESSAGE } from '../authz/src/marketdata/store.ts';
+import { STORE_OUTCOME_UNKNOWN_MESSAGE } from '../authz/src/market/store.ts';
 
 export const OPENAPI_FILE = fileURLToPath(new URL('../docs/openapi.yaml', import.meta.url));
 const defaults = loadConfig({});
 
 type Obj = Record<string, unknown>;
-
-// ─── Patterns of CONTRACT §3 and §5 that the code keeps as RegExp literals ──────────────────
-// (e2e/openapi.test.ts checks each against the code's own decision on generated inputs.)
-
-/** X-Edge-Timestamp: decimal integer seconds (int64 range checked by the service). */
-export const TIMESTAMP_PATTERN = '^-?[0-9]{1,19}$';
-/** X-Edge-Nonce: 16 to 128 hex characters. */
-export const NONCE_PATTERN = '^[0-9a-fA-F]{16,128}$';
-/** X-Edge-Signature: `v1=` and the hex HMAC-SHA256 (either case). */
-export const SIGNATURE_PATTERN = '^v1=[0-9a-fA-F]{64}$';
-/** Strict, canonical, padded standard base64 of at least one byte (unused bits zero). */
-export const STRICT_BASE64_PATTERN = '^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{4}|[A-Za-z0-9+/][AQgw]==|[A-Za-z0-9+/]{2}[AEIMQUYcgkosw048]=)$';
 
 // ─── Small builders ───────────────────────────────────────────────────────────────────────
 
@@ -66,12 +58,12 @@ function commonHeaders(): Obj {
 
 function describeCode(code: ErrorCode): string {
   if (code === 'restricted_jurisdiction') return `\`${code}\`: client country or region blocked; one uniform notice (GEO_NOTICE)`;
-  if (code === 'bad_request') return `\`${code}\`: malformed HTTP rejected by Envoy before routing`;
+  if (code === 'bad_request') return `\`${code}\`: malformed HTTP rejected by Envoy before routing, or an unusable trusted \`X-Forwarded-For\` entry`;
   return `\`${code}\`: ${ERROR_MESSAGE[code]}`;
 }
 
 /**
- * An error response: the CONTRACT body with `error` limited to `codes`. `bad_request` is
+ * An error response: the error body with `error` limited to `codes`. `bad_request` is
  * Envoy's own code and keeps Envoy's status (400, 408, 414, 431; and 403/426, described in the
  * API's introduction), so it may join any of those.
  */
@@ -179,7 +171,10 @@ or 451 (blocked jurisdiction), and 503 when a dependency is down. The answers to
 methods are described under \`x-unlisted-routes\`.
 
 **Client address.** The TCP peer, or with \`XFF_NUM_TRUSTED_HOPS\`=n the n-th address from the right of
-\`X-Forwarded-For\`. Rate limit: token bucket per address, \`RATE_BURST\` (default ${defaults.rateBurst}) tokens,
+\`X-Forwarded-For\`; an IPv4-mapped address (\`::ffff:a.b.c.d\`) is its IPv4. With n ≥ 1, a request that
+sends \`X-Forwarded-For\` whose n-th entry from the right is missing or not a bare IP address (\`1.2.3.4:80\`,
+\`[::1]\`, \`unknown\`, empty, a trailing comma, a zone id) is answered 400 \`bad_request\` naming
+X-Forwarded-For, before the rate limit; a request without \`X-Forwarded-For\` is judged by its TCP peer. Rate limit: token bucket per address, \`RATE_BURST\` (default ${defaults.rateBurst}) tokens,
 refilled with \`RPS_PER_IP\` (default ${defaults.rpsPerIp}) per second; answers carry \`X-RateLimit-*\`.
 
 **Status pass-through.** \`POST /v1/orders\` returns the order backend's own status and body unchanged
@@ -206,7 +201,7 @@ export function buildOpenApi(): Obj {
       { name: 'ingest', description: 'The feed pipeline\'s signed writes.' },
     ],
     paths: {
-      '/': {
+      [PATHS.root]: {
         get: {
           operationId: 'getRoot', security: [], summary: 'Service identification', tags: ['public'],
           responses: {
@@ -216,7 +211,7 @@ export function buildOpenApi(): Obj {
           },
         },
       },
-      '/healthz': {
+      [PATHS.healthz]: {
         get: {
           operationId: 'getHealth', security: [], summary: 'Readiness of authz, GeoIP and the store', tags: ['public'],
           description: 'Subject to rate limiting and geo like every route (the kubelet should probe Envoy\'s admin `/ready` instead).',
@@ -232,16 +227,16 @@ export function buildOpenApi(): Obj {
           },
         },
       },
-      '/v1/markets': readOperation({
+      [PATHS.markets]: readOperation({
         opId: 'listMarkets', summary: 'Markets with their signed envelopes', ok: 'MarketsPage', linkName: 'NextMarketsPage', query: MARKETS_QUERY_SCHEMA,
         description: 'Each market is the feed document exactly as signed (unknown fields kept) plus `envelope` {d, s, k}: '
           + 'verify it yourself with SHA-256(base64-decode(d)) and the feed\'s Ed25519 public key.',
       }),
-      '/v1/quotes': readOperation({
+      [PATHS.quotes]: readOperation({
         opId: 'listQuotes', summary: 'Quote rows, one per outcome', ok: 'QuotesPage', linkName: 'NextQuotesPage', query: QUOTES_QUERY_SCHEMA,
         description: 'A page holds every outcome row of up to `limit` markets, ordered by conditionId.',
       }),
-      '/v1/orders': {
+      [PATHS.orders]: {
         post: {
           operationId: 'placeOrder', security: [], summary: 'Forward a signed order to the order backend', tags: ['orders'],
           description: 'The edge checks the envelope (market known, active and open; deadline; size; payload) and then forwards the '
@@ -270,7 +265,7 @@ export function buildOpenApi(): Obj {
           },
         },
       },
-      '/internal/ingest/market': {
+      [PATHS.ingest]: {
         post: {
           operationId: 'ingestMarket', summary: 'Store a signed market document from the feed pipeline', tags: ['ingest'],
           description: 'Two signatures. **Request:** HMAC-SHA256 with `EDGE_INGEST_HMAC` over `<X-Edge-Timestamp>.<X-Edge-Nonce>.<raw body bytes>`, '
@@ -281,9 +276,9 @@ export function buildOpenApi(): Obj {
             + `200 only after the record is durably stored; any failure stores nothing. Body ≤ INGEST_MAX_BYTES (default ${defaults.ingestMaxBytes}).`,
           security: [{ edgeSignature: [], edgeTimestamp: [], edgeNonce: [] }],
           parameters: [
-            { name: 'X-Edge-Timestamp', in: 'header', required: true, schema: { type: 'string', pattern: TIMESTAMP_PATTERN }, description: 'Unix seconds (int64).' },
-            { name: 'X-Edge-Nonce', in: 'header', required: true, schema: { type: 'string', pattern: NONCE_PATTERN }, description: 'Unique per request.' },
-            { name: 'X-Edge-Signature', in: 'header', required: true, schema: { type: 'string', pattern: SIGNATURE_PATTERN }, description: '`v1=` + hex HMAC-SHA256.' },
+            { name: 'X-Edge-Timestamp', in: 'header', required: true, schema: { type: 'string', pattern: PATTERN.timestamp }, description: 'Unix seconds (int64).' },
+            { name: 'X-Edge-Nonce', in: 'header', required: true, schema: { type: 'string', pattern: PATTERN.nonce }, description: 'Unique per request.' },
+            { name: 'X-Edge-Signature', in: 'header', required: true, schema: { type: 'string', pattern: PATTERN.signature }, description: '`v1=` + hex HMAC-SHA256.' },
           ],
           requestBody: { required: true, content: json(schemaRef('IngestRequest')) },
           responses: {
@@ -322,7 +317,7 @@ export function buildOpenApi(): Obj {
       securitySchemes: {
         edgeSignature: {
           type: 'apiKey', in: 'header', name: 'X-Edge-Signature',
-          description: 'The ingest HMAC (SPEC §5): `v1=` + hex HMAC-SHA256, keyed with EDGE_INGEST_HMAC (EDGE_INGEST_HMAC_PREVIOUS during a rotation), '
+          description: 'The ingest HMAC (docs/api.md "POST /internal/ingest/market"): `v1=` + hex HMAC-SHA256, keyed with EDGE_INGEST_HMAC (EDGE_INGEST_HMAC_PREVIOUS during a rotation), '
             + 'over `<X-Edge-Timestamp>.<X-Edge-Nonce>.<raw body>`. Used together with the two headers below.',
         },
         edgeTimestamp: { type: 'apiKey', in: 'header', name: 'X-Edge-Timestamp', description: 'Part of the ingest HMAC: Unix seconds, within REPLAY_WINDOW_SECS of the server clock.' },
@@ -389,7 +384,7 @@ export function buildOpenApi(): Obj {
       schemas: {
         Error: {
           type: 'object', required: ['error', 'message'], additionalProperties: false,
-          description: 'Every error body (CONTRACT §2).',
+          description: 'Every error body (docs/api.md "Errors").',
           properties: {
             error: { type: 'string', enum: Object.keys(ERROR_STATUS) },
             message: { type: 'string' },
@@ -405,7 +400,7 @@ export function buildOpenApi(): Obj {
           type: 'object', required: ['status', 'checks'], additionalProperties: false,
           properties: { status: { const: 'unavailable' }, checks: { type: 'object', description: 'Each readiness check and whether it passes.', additionalProperties: { type: 'boolean' } } },
         },
-        MarketDocument: { ...marketDoc, description: 'The feed document (CONTRACT §4). Unknown extra fields are kept and served.' },
+        MarketDocument: { ...marketDoc, description: 'The feed document (docs/api.md "Market data"). Unknown extra fields are kept and served.' },
         Envelope: { ...ENVELOPE_SCHEMA, description: 'The signed envelope as received: verify SHA-256(base64-decode(d)) with Ed25519.' },
         Market: {
           description: 'A stored market: the document as signed plus its envelope.',
@@ -422,19 +417,19 @@ export function buildOpenApi(): Obj {
         },
         OrderRequest: {
           type: 'object', required: ['marketId', 'deadline', 'size', 'payload'],
-          description: 'The order envelope (CONTRACT §5). Unknown extra fields are ignored.',
+          description: 'The order envelope (docs/api.md "POST /v1/orders"). Unknown extra fields are ignored.',
           properties: {
-            marketId: { type: 'string', pattern: CONDITION_ID_PATTERN, description: 'The market\'s conditionId; it must be known, active and not closed.' },
+            marketId: { type: 'string', pattern: PATTERN.conditionId, description: 'The market\'s conditionId; it must be known, active and not closed.' },
             deadline: {
               type: 'integer', minimum: -Number.MAX_SAFE_INTEGER, maximum: Number.MAX_SAFE_INTEGER,
               description: 'Unix seconds; now < deadline ≤ now + ORDER_MAX_TTL_SECS, else 422.',
             },
             size: {
-              type: 'string', pattern: DECIMAL_PATTERN,
+              type: 'string', pattern: PATTERN.decimal,
               description: 'Positive decimal, at least the market\'s `minSize`, at most its `maxSize` and ORDER_MAX_SIZE; else 422 `invalid_size`.',
             },
             payload: {
-              type: 'string', contentEncoding: 'base64', contentMediaType: 'application/octet-stream', pattern: STRICT_BASE64_PATTERN,
+              type: 'string', contentEncoding: 'base64', contentMediaType: 'application/octet-stream', pattern: PATTERN.strictBase64,
               maxLength: Math.ceil(defaults.orderPayloadMaxBytes / 3) * 4,
               description: 'The signed OrderRequest, strict canonical standard base64 (padded); decoded 1..ORDER_PAYLOAD_MAX_BYTES bytes, forwarded byte-exact.',
             },
@@ -443,11 +438,11 @@ export function buildOpenApi(): Obj {
         },
         IngestRequest: {
           type: 'object', required: ['conditionId', 'd', 's', 'k'],
-          description: 'The ingest body (CONTRACT §3): the envelope plus the market\'s conditionId. Unknown extra fields are ignored.',
+          description: 'The ingest body (docs/api.md "POST /internal/ingest/market"): the envelope plus the market\'s conditionId. Unknown extra fields are ignored.',
           properties: {
-            conditionId: { type: 'string', pattern: CONDITION_ID_PATTERN, description: 'Must equal the document\'s `conditionId`.' },
+            conditionId: { type: 'string', pattern: PATTERN.conditionId, description: 'Must equal the document\'s `conditionId`.' },
             d: {
-              type: 'string', pattern: STRICT_BASE64_PATTERN, contentEncoding: 'base64', contentMediaType: 'application/json', contentSchema: schemaRef('MarketDocument'),
+              type: 'string', pattern: PATTERN.strictBase64, contentEncoding: 'base64', contentMediaType: 'application/json', contentSchema: schemaRef('MarketDocument'),
               description: 'Strict standard base64 of the UTF-8 JSON market document.',
             },
             s: ENVELOPE_SCHEMA.properties.s,

@@ -1,40 +1,121 @@
 /**
- * `npm start`: the whole local stack in the foreground.
+ * `npm start`: the whole local stack in the foreground, supervised.
  *
  *   Redis (a private redis-server when one is installed and REDIS_URL is unset; else the
  *   in-memory stores) · development certificates and keys (generated into .run/, never
  *   committed) · the demo mTLS order backend (unless ORDER_BACKEND_URL is set) · the TS
  *   service · Envoy. Every setting of the README is honoured. Ready when
- *   GET http://127.0.0.1:$EDGE_PORT/healthz answers 200. Ctrl-C (or SIGTERM) seals the
- *   service and stops everything.
+ *   GET http://127.0.0.1:$EDGE_PORT/healthz answers 200.
+ *
+ * Before anything starts, every setting is checked (loadConfig, loadCredentials and the
+ * development ones): a bad one ends it with one line naming the variable and what was expected,
+ * exit code 2, nothing started. Unknown settings with the project's prefixes, and near misses of
+ * known ones, are reported (STRICT_SETTINGS=1 refuses them). A stack already running from the
+ * same run directory (its pid file, start.pid) or on the same ports is named, exit code 2.
+ *
+ * Each child runs in its own process group, so a Ctrl-C at the terminal reaches this process
+ * only (package.json `exec`s it, so npm's signals do too), and it stops the stack in dependency
+ * order: Envoy stops taking requests, the TS service seals and drains (SHUTDOWN_GRACE_MS), then
+ * Envoy, the demo backend and Redis exit. Once the stack is ready, a TS service, Redis or demo
+ * backend that exits is restarted after 0.5 s, doubling up to 5 s while it keeps failing (Envoy
+ * answers 503 service_unavailable meanwhile); Envoy's exit, SIGINT, SIGTERM or SIGHUP ends the stack.
+ *
+ * `npm start -- --rotate-client-cert` issues a new client certificate for the edge from the
+ * development client CA and publishes it atomically; the running Envoy loads it (docs/operations.md).
  */
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { generateKeyPairSync, randomBytes } from 'node:crypto';
-import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { copyFileSync, existsSync, mkdirSync, readdirSync, readFileSync, readlinkSync, renameSync, rmSync, writeFileSync } from 'node:fs';
+import { connect, createServer } from 'node:net';
 import { join, relative } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { fileURLToPath } from 'node:url';
-import { loadConfig } from '../authz/src/config.ts';
+import { withServiceRuntime } from '../authz/src/shared/runtime-env.ts';
+import { checkSettingNames, ConfigError, DEFAULT_GEOIP_DB, loadConfig, type Config } from '../authz/src/shared/config.ts';
+import { loadCredentials, secretSetting } from '../authz/src/shared/credentials.ts';
 import { envoyBinary } from '../envoy/envoy-bin.ts';
 import { renderEnvoy } from '../envoy/render.ts';
-import { generateDevPki } from './dev/certs.ts';
-import { createOrderBackend } from './dev/order-backend.ts';
+import { generateDevPki, issue, publishClientCert } from './dev/certs.ts';
 
 const ROOT = fileURLToPath(new URL('../', import.meta.url));
+const say = (msg: string): void => void process.stdout.write(`npm start: ${msg}\n`);
+/** Refused before anything started: one line, exit code 2. */
+function refuse(msg: string): never {
+  process.stderr.write(`npm start: ${msg}\n`);
+  process.exit(2);
+}
+
+const env: Record<string, string | undefined> = { ...process.env };
+const blank = (name: string): boolean => (env[name] ?? '').trim() === '';
+
 /** Where keys, certificates, Redis data and the rendered config go (DEV_RUN_DIR, default .run/). */
-const RUN = process.env['DEV_RUN_DIR'] || join(ROOT, '.run');
+const RUN = blank('DEV_RUN_DIR') ? join(ROOT, '.run') : (env['DEV_RUN_DIR'] ?? '').trim();
 /** How the banner names a file in RUN: relative (./…) below the working directory, else absolute; quoted. */
 const shown = (file: string): string => {
   const rel = relative(process.cwd(), join(RUN, file));
   return `'${rel.startsWith('..') || rel.startsWith('/') ? join(RUN, file) : `./${rel}`}'`;
 };
-mkdirSync(RUN, { recursive: true, mode: 0o700 });
-const env: Record<string, string | undefined> = { ...process.env };
-const children: ChildProcess[] = [];
-let backend: ReturnType<typeof createOrderBackend> | undefined;
-const say = (msg: string): void => void process.stdout.write(`start: ${msg}\n`);
+const PID_FILE = join(RUN, 'start.pid');
 
-/** Development secrets: generated once into .run/dev.env (mode 0600), reused across restarts. */
+// ---------------------------------------------------------------------------------------------
+// 1. Settings: every one checked before anything starts.
+
+/** A development setting: an integer in [min, max] (the wording of config.ts). */
+function devInt(name: string, def: number, min: number, max: number): number {
+  const raw = env[name]?.trim();
+  if (raw === undefined || raw === '') return def;
+  const n = Number(raw);
+  if (!/^[0-9]+$/.test(raw) || n < min || n > max) throw new ConfigError(name, `an integer in [${min}, ${max}]`, raw);
+  return n;
+}
+
+interface Plan {
+  readonly config: Config;
+  /** DEV_REDIS_PORT when this stack runs its own redis-server. */
+  readonly redisPort: number | undefined;
+  /** DEV_BACKEND_PORT when this stack runs the demo backend (0: a free port is chosen). */
+  readonly backendPort: number | undefined;
+  /** Every port the stack will listen on, by the setting that names it. */
+  readonly ports: ReadonlyArray<readonly [setting: string, port: number]>;
+  /** Variables that look like settings but are none (reported here, not passed to the TS service). */
+  readonly unknown: readonly string[];
+}
+
+function checkSettings(): Plan {
+  const unknown = checkSettingNames(env);
+  for (const u of unknown) say(`warning: ${u.message}; it is ignored (STRICT_SETTINGS=1 makes this an error)`);
+  const redisPort = devInt('DEV_REDIS_PORT', 6390, 1, 65535);
+  const backendPort = devInt('DEV_BACKEND_PORT', 8443, 0, 65535);
+  const runsRedis = blank('REDIS_URL') && spawnSync('redis-server', ['--version']).status === 0;
+  // Checked as the TS service will see them: with the REDIS_URL of the redis-server started below
+  // (RATE_LIMIT_SCOPE=global needs one; without redis-server, local is the only choice).
+  const config = loadConfig(runsRedis ? { ...env, REDIS_URL: `redis://127.0.0.1:${redisPort}/0` } : env);
+  const runsBackend = blank('ORDER_BACKEND_URL');
+  const ports: [string, number][] = [
+    ['EDGE_PORT', config.edgePort], ['AUTHZ_GRPC_PORT', config.authzGrpcPort], ['MARKET_PORT', config.marketPort],
+    ['AUTHZ_ADMIN_PORT', config.authzAdminPort], ['ENVOY_ADMIN_PORT', config.envoyAdminPort],
+  ];
+  for (const [name, port] of ports) {
+    // Port 0 lets the system choose: nobody (the banner, Envoy, a client) would know the port.
+    if (port === 0) throw new ConfigError(name, 'a port in [1, 65535] for npm start', '0');
+  }
+  if (runsRedis) ports.push(['DEV_REDIS_PORT', redisPort]);
+  if (runsBackend && backendPort !== 0) ports.push(['DEV_BACKEND_PORT', backendPort]);
+  const seen = new Map<number, string>();
+  for (const [name, port] of ports) {
+    const other = seen.get(port);
+    if (other !== undefined) throw new ConfigError(name, `a port other than ${other}'s`, String(port));
+    seen.set(port, name);
+  }
+  try {
+    mkdirSync(RUN, { recursive: true, mode: 0o700 });
+  } catch (err) {
+    throw new ConfigError('DEV_RUN_DIR', 'a directory npm start can create and write', `${RUN}: ${(err as NodeJS.ErrnoException).code ?? String(err)}`);
+  }
+  return { config, redisPort: runsRedis ? redisPort : undefined, backendPort: runsBackend ? backendPort : undefined, ports, unknown: unknown.map((u) => u.name) };
+}
+
+/** Development secrets: generated once into dev.env (mode 0600), reused across restarts. */
 function devSecrets(): Record<string, string> {
   const file = join(RUN, 'dev.env');
   if (!existsSync(file)) {
@@ -54,108 +135,435 @@ function devSecrets(): Record<string, string> {
   }));
 }
 
-async function waitHttp(url: string, timeoutMs: number): Promise<boolean> {
-  const end = Date.now() + timeoutMs;
-  while (Date.now() < end) {
+/**
+ * dev.env holds the ingest HMAC keys the stack runs with, so the banner's `. dev.env` signs with
+ * the current key: a key given in the environment (a rotation, docs/operations.md) replaces the
+ * file's, an empty EDGE_INGEST_HMAC_PREVIOUS removes the previous one.
+ */
+function keepDevEnvCurrent(): void {
+  const file = join(RUN, 'dev.env');
+  const before = readFileSync(file, 'utf8');
+  let lines = before.split('\n');
+  for (const name of ['EDGE_INGEST_HMAC', 'EDGE_INGEST_HMAC_PREVIOUS']) {
+    const value = secretSetting(env, name) ?? '';
+    const at = lines.findIndex((l) => l.startsWith(`${name}=`));
+    if (value === '') lines = lines.filter((l) => !l.startsWith(`${name}=`));
+    else if (at >= 0) lines[at] = `${name}=${value}`;
+    else lines.splice(name === 'EDGE_INGEST_HMAC' ? 0 : 1, 0, `${name}=${value}`);
+  }
+  const after = lines.join('\n');
+  if (after !== before) {
+    writeFileSync(`${file}.tmp`, after, { mode: 0o600 });
+    renameSync(`${file}.tmp`, file);
+    say(`${shown('dev.env')} now holds the ingest HMAC key(s) this stack runs with (from your environment)`);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// 2. One stack per run directory and per port.
+
+function cmdline(pid: number | string): string {
+  try {
+    return readFileSync(`/proc/${pid}/cmdline`, 'utf8').replaceAll('\0', ' ').trim();
+  } catch {
+    return '';
+  }
+}
+const isStack = (pid: number): boolean => cmdline(pid).includes('scripts/start.ts');
+
+function parentOf(pid: number): number {
+  try {
+    // /proc/<pid>/stat: "pid (comm) state ppid …"; comm may hold spaces and parentheses.
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    return Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]);
+  } catch {
+    return 0;
+  }
+}
+
+/** The `npm start` (scripts/start.ts) process `pid` belongs to, if any. */
+function stackOf(pid: number): number | undefined {
+  for (let p = pid, i = 0; p > 1 && i < 16; p = parentOf(p), i++) if (isStack(p)) return p;
+  return undefined;
+}
+
+function portInUse(port: number): Promise<boolean> {
+  return new Promise((resolve) => {
+    const s = createServer();
+    s.once('error', (err: NodeJS.ErrnoException) => resolve(err.code === 'EADDRINUSE'));
+    s.listen({ port, host: '0.0.0.0', exclusive: true }, () => s.close(() => resolve(false)));
+  });
+}
+
+/** The process listening on TCP `port` (Linux /proc; only processes this user may inspect). */
+function portOwner(port: number): number | undefined {
+  const inodes = new Set<string>();
+  for (const table of ['/proc/net/tcp', '/proc/net/tcp6']) {
+    let text: string;
     try {
-      if ((await fetch(url)).status === 200) return true;
-    } catch { /* not yet */ }
+      text = readFileSync(table, 'utf8');
+    } catch {
+      continue;
+    }
+    for (const line of text.split('\n').slice(1)) {
+      const c = line.trim().split(/\s+/);
+      if (c[3] === '0A' && parseInt(c[1]?.split(':')[1] ?? '', 16) === port && c[9] !== undefined) inodes.add(c[9]);
+    }
+  }
+  if (inodes.size === 0) return undefined;
+  for (const pid of readdirSync('/proc').filter((d) => /^\d+$/.test(d))) {
+    let fds: string[];
+    try {
+      fds = readdirSync(`/proc/${pid}/fd`);
+    } catch {
+      continue;
+    }
+    for (const fd of fds) {
+      try {
+        const inode = /^socket:\[(\d+)\]$/.exec(readlinkSync(`/proc/${pid}/fd/${fd}`))?.[1];
+        if (inode !== undefined && inodes.has(inode)) return Number(pid);
+      } catch { /* closed meanwhile */ }
+    }
+  }
+  return undefined;
+}
+
+async function refuseIfRunning(plan: Plan): Promise<void> {
+  let recorded: { pid?: number; edge?: string } = {};
+  try {
+    recorded = JSON.parse(readFileSync(PID_FILE, 'utf8')) as typeof recorded;
+  } catch { /* none, or unreadable: the ports decide */ }
+  if (typeof recorded.pid === 'number' && recorded.pid !== process.pid && isStack(recorded.pid)) {
+    refuse(`a stack is already running from ${RUN} (pid ${recorded.pid}, ${recorded.edge ?? 'its ports'}); `
+      + `stop it first (Ctrl-C in its terminal, or kill ${recorded.pid}), or give this one another DEV_RUN_DIR and ports`);
+  }
+  const busy: { setting: string; port: number; owner: number | undefined }[] = [];
+  for (const [setting, port] of plan.ports) if (await portInUse(port)) busy.push({ setting, port, owner: portOwner(port) });
+  if (busy.length === 0) return;
+  const list = busy.map((b) => `${b.setting} ${b.port}`).join(', ');
+  const stacks = [...new Set(busy.map((b) => (b.owner === undefined ? undefined : stackOf(b.owner))).filter((p) => p !== undefined))];
+  if (stacks.length > 0) {
+    refuse(`a stack is already running on these ports (pid ${stacks.join(', ')}): ${list}; stop it first (Ctrl-C in its terminal, or kill ${stacks.join(' ')})`);
+  }
+  const owners = busy.map((b) => `${b.setting} ${b.port} by ${b.owner === undefined ? 'another process' : `pid ${b.owner} (${cmdline(b.owner).slice(0, 80)})`}`);
+  refuse(`ports already in use: ${owners.join('; ')}; stop that process or choose other ports (README "Settings")`);
+}
+
+// ---------------------------------------------------------------------------------------------
+// 3. The children and their supervision.
+
+type Name = 'redis' | 'backend' | 'authz' | 'envoy';
+interface Run { readonly proc: ChildProcess; readonly exited: Promise<string>; readonly startedAt: number }
+interface Service {
+  readonly name: Name;
+  /** How messages name it. */
+  readonly label: string;
+  readonly cmd: string;
+  readonly args: readonly string[];
+  readonly env: NodeJS.ProcessEnv;
+  /** One readiness probe. */
+  readonly ready: () => Promise<boolean>;
+  run?: Run;
+  delayMs: number;
+  restarts: number;
+  timer?: NodeJS.Timeout;
+}
+
+const services = new Map<Name, Service>();
+let supervising = false;
+let stopping = false;
+let shutdownGraceMs = 5000;
+let envoyAdminPort = 0;
+
+function launch(svc: Service): void {
+  if (stopping) return;
+  // detached: a process group of its own, so a Ctrl-C at the terminal reaches only this
+  // process, which stops the children in order.
+  const proc = spawn(svc.cmd, [...svc.args], { env: svc.env, stdio: ['ignore', 'inherit', 'inherit'], detached: true });
+  const exited = new Promise<string>((resolve) => {
+    proc.once('exit', (code, signal) => resolve(code === null ? `signal ${signal ?? '?'}` : `code ${code}`));
+    proc.once('error', (err) => resolve(`could not start: ${err.message}`));
+  });
+  const run: Run = { proc, exited, startedAt: Date.now() };
+  svc.run = run;
+  void exited.then((how) => {
+    if (svc.run === run) svc.run = undefined;
+    onExit(svc, how, Date.now() - run.startedAt);
+  });
+}
+
+function onExit(svc: Service, how: string, upMs: number): void {
+  if (stopping) return;
+  if (!supervising || svc.name === 'envoy') {
+    say(`${svc.label} exited (${how}); stopping the stack`);
+    void stop(1);
+    return;
+  }
+  if (upMs >= 10_000) svc.delayMs = 500; // it had recovered: start the backoff over
+  const delay = svc.delayMs;
+  svc.delayMs = Math.min(delay * 2, 5000);
+  svc.restarts++;
+  say(`${svc.label} exited (${how}); restarting it in ${delay / 1000} s (restart ${svc.restarts})`);
+  svc.timer = setTimeout(() => {
+    svc.timer = undefined;
+    if (stopping) return;
+    launch(svc);
+    const run = svc.run;
+    void waitFor(svc.ready, 30_000).then((ok) => {
+      if (ok && !stopping && svc.run === run) say(`${svc.label} is back (pid ${run?.proc.pid ?? '?'})`);
+    });
+  }, delay);
+}
+
+async function waitFor(probe: () => Promise<boolean>, timeoutMs: number): Promise<boolean> {
+  const end = Date.now() + timeoutMs;
+  while (Date.now() < end && !stopping) {
+    if (await probe()) return true;
     await sleep(100);
   }
   return false;
 }
 
-/** Only the TS service needs the keys; Redis and Envoy start without them in their environment. */
-const SECRET_ENV = new Set(['EDGE_INGEST_HMAC', 'EDGE_INGEST_HMAC_PREVIOUS', 'EDGE_FEED_ED25519_KEY', 'REDIS_URL']);
+const httpOk = (url: string) => async (): Promise<boolean> => {
+  try {
+    return (await fetch(url, { signal: AbortSignal.timeout(2000) })).status === 200;
+  } catch {
+    return false;
+  }
+};
+const tcpOpen = (port: number) => (): Promise<boolean> => new Promise((resolve) => {
+  const sock = connect(port, '127.0.0.1', () => { sock.destroy(); resolve(true); });
+  sock.once('error', () => resolve(false));
+});
 
-function run(name: string, cmd: string, args: string[], extraEnv: Record<string, string | undefined>): ChildProcess {
-  const base = name === 'authz' ? env : Object.fromEntries(Object.entries(env).filter(([k]) => !SECRET_ENV.has(k)));
-  const p = spawn(cmd, args, { env: { ...base, ...extraEnv }, stdio: ['ignore', 'inherit', 'inherit'] });
-  p.on('exit', (code, signal) => {
-    if (!stopping) {
-      say(`${name} exited (${code ?? signal}); stopping the stack`);
-      void stop(1);
-    }
-  });
-  children.push(p);
-  return p;
+/** SIGTERM, then up to `ms` for it to exit; SIGKILL to its process group after that. */
+async function halt(svc: Service | undefined, ms: number): Promise<void> {
+  const run = svc?.run;
+  if (svc === undefined || run === undefined) return;
+  run.proc.kill('SIGTERM');
+  const done = await Promise.race([run.exited.then(() => true), sleep(ms, false, { ref: false })]);
+  if (done) return;
+  say(`${svc.label} did not stop within ${ms / 1000} s; killing it`);
+  try {
+    process.kill(-(run.proc.pid ?? 0), 'SIGKILL');
+  } catch { /* gone */ }
+  await run.exited;
 }
 
-let stopping = false;
-async function stop(code = 0): Promise<void> {
+async function stop(code: number): Promise<void> {
   if (stopping) return;
   stopping = true;
-  say('sealing and stopping…');
-  // SIGTERM seals the TS service (credentials zeroed, Checks denied) and drains it; Envoy drains too.
-  for (const p of [...children].reverse()) p.kill('SIGTERM');
-  await Promise.race([Promise.all(children.map((p) => (p.exitCode !== null || p.signalCode !== null ? null : new Promise((r) => p.once('exit', r))))), sleep(10_000)]);
-  for (const p of children) if (p.exitCode === null && p.signalCode === null) p.kill('SIGKILL');
-  await backend?.close();
-  say('stopped');
+  supervising = false;
+  const t0 = Date.now();
+  for (const s of services.values()) clearTimeout(s.timer);
+  say('stopping: Envoy stops taking requests, the TS service seals and drains, then the backend and Redis stop');
+  if (services.get('envoy')?.run !== undefined) {
+    // Listeners closed: no new connection; requests in flight finish while the TS service drains.
+    try {
+      await fetch(`http://127.0.0.1:${envoyAdminPort}/drain_listeners?inboundonly`, { method: 'POST', signal: AbortSignal.timeout(1000) });
+    } catch { /* Envoy is going anyway */ }
+  }
+  await halt(services.get('authz'), shutdownGraceMs + 5000);
+  await halt(services.get('envoy'), 5000);
+  await Promise.all([halt(services.get('backend'), 5000), halt(services.get('redis'), 10_000)]);
+  removePidFile();
+  say(`stopped in ${((Date.now() - t0) / 1000).toFixed(1)} s`);
   process.exit(code);
 }
-process.on('SIGINT', () => void stop(0));
-process.on('SIGTERM', () => void stop(0));
 
-const secrets = devSecrets();
-for (const [k, v] of Object.entries(secrets)) if (k !== 'EDGE_FEED_ED25519_KEY' && env[k] === undefined) env[k] = v;
-
-// Redis: honour REDIS_URL; else a private redis-server when installed; else in-memory stores.
-if (env['REDIS_URL'] === undefined) {
-  const port = Number(env['DEV_REDIS_PORT'] ?? 6390);
-  if (spawnSync('redis-server', ['--version']).status === 0) {
-    mkdirSync(join(RUN, 'redis'), { recursive: true, mode: 0o700 });
-    // --set-proc-title no: its command line keeps naming its data directory (ps, and the e2e test).
-    run('redis', 'redis-server', ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'yes', '--appendfsync', 'always', '--dir', join(RUN, 'redis'), '--set-proc-title', 'no'], {});
-    env['REDIS_URL'] = `redis://127.0.0.1:${port}/0`;
-    say(`redis-server on 127.0.0.1:${port}`);
-    await sleep(300);
-  } else {
-    say('redis-server not found: the TS service will use its in-memory stores (development only)');
-  }
+function removePidFile(): void {
+  try {
+    if ((JSON.parse(readFileSync(PID_FILE, 'utf8')) as { pid?: number }).pid === process.pid) rmSync(PID_FILE, { force: true });
+  } catch { /* not ours, or gone */ }
 }
 
-// Order backend: honour ORDER_BACKEND_URL; else the demo mTLS backend with development certificates.
-if (env['ORDER_BACKEND_URL'] === undefined) {
+// ---------------------------------------------------------------------------------------------
+// `npm start -- --rotate-client-cert`: a new client certificate for the running stack.
+
+if (process.argv.includes('--rotate-client-cert')) {
+  const pki = join(RUN, 'pki');
+  if (!existsSync(join(pki, 'client-ca.key'))) refuse(`${pki} has no development client CA: run npm start first`);
+  const name = `client-${Date.now()}`;
+  issue(pki, 'client-ca', name, `edge-${name}`, 'DNS:edge.internal', 'clientAuth');
+  publishClientCert(join(pki, 'client'), readFileSync(join(pki, `${name}.crt`)), readFileSync(join(pki, `${name}.key`)));
+  say(`published ${name} (CN=edge-${name}) into ${shown('pki/client')}: Envoy loads it without a restart; `
+    + 'new connections to the backend present it (docs/operations.md, "Client certificate")');
+  process.exit(0);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Start.
+
+let plan: Plan;
+try {
+  plan = checkSettings();
+  const secrets = devSecrets();
+  for (const [k, v] of Object.entries(secrets)) {
+    // A key given in the environment, directly or as a file, wins over dev.env's.
+    if (k !== 'EDGE_FEED_ED25519_KEY' && env[k] === undefined && env[`${k}_FILE`] === undefined) env[k] = v;
+  }
+  loadCredentials({ ...env }).zeroize();
+} catch (err) {
+  if (err instanceof ConfigError) refuse(err.message);
+  throw err;
+}
+await refuseIfRunning(plan);
+keepDevEnvCurrent();
+shutdownGraceMs = plan.config.shutdownGraceMs;
+envoyAdminPort = plan.config.envoyAdminPort;
+for (const sig of ['SIGINT', 'SIGTERM', 'SIGHUP'] as const) process.on(sig, () => void stop(0));
+writeFileSync(PID_FILE, `${JSON.stringify({ pid: process.pid, edge: `http://127.0.0.1:${plan.config.edgePort}`, ports: Object.fromEntries(plan.ports) })}\n`);
+process.on('exit', () => {
+  // After stop() every child has exited; after an internal error, leave nothing behind either.
+  for (const s of services.values()) {
+    try {
+      if (s.run?.proc.pid !== undefined) process.kill(-s.run.proc.pid, 'SIGKILL');
+    } catch { /* gone */ }
+  }
+  removePidFile();
+});
+process.on('uncaughtException', (err) => {
+  process.stderr.write(`npm start: internal error: ${err.stack ?? String(err)}\n`);
+  void stop(1);
+});
+
+/**
+ * The TS service reads its secrets from files (the `*_FILE` settings, as in the deployments):
+ * a value in its environment would stay readable in /proc/<pid>/environ for the life of the
+ * process, sealed or not. Each secret setting that has a value (from the environment or
+ * dev.env) is written to secrets/<name> under the run directory (0600, rewritten on every start,
+ * so a key changed in the environment takes effect) and replaced by its `_FILE` setting.
+ */
+const FILE_SECRETS = ['EDGE_INGEST_HMAC', 'EDGE_INGEST_HMAC_PREVIOUS', 'EDGE_FEED_ED25519_KEY'] as const;
+mkdirSync(join(RUN, 'secrets'), { recursive: true, mode: 0o700 });
+for (const k of FILE_SECRETS) {
+  const value = env[k];
+  if (value === undefined || value === '') continue;
+  const file = join(RUN, 'secrets', k.toLowerCase());
+  rmSync(file, { force: true });
+  writeFileSync(file, `${value}\n`, { mode: 0o600 });
+  delete env[k];
+  env[`${k}_FILE`] = file;
+}
+/** Only the TS service needs these (as files, see FILE_SECRETS); Redis, the backend and Envoy start without them. */
+const SECRET_ENV = new Set([
+  'EDGE_INGEST_HMAC', 'EDGE_INGEST_HMAC_PREVIOUS', 'EDGE_FEED_ED25519_KEY',
+  'EDGE_INGEST_HMAC_FILE', 'EDGE_INGEST_HMAC_PREVIOUS_FILE', 'EDGE_FEED_ED25519_KEY_FILE', 'REDIS_URL',
+]);
+const withoutSecrets = (): NodeJS.ProcessEnv => Object.fromEntries(Object.entries(env).filter(([k]) => !SECRET_ENV.has(k)));
+
+// GeoIP: the packaged database sits in node_modules; the stack serves a copy under the run
+// directory, so it can be replaced by rename like in the deployments (docs/operations.md).
+if (blank('GEOIP_DB')) {
+  const copy = join(RUN, 'geoip', 'country.mmdb');
+  if (!existsSync(copy)) {
+    mkdirSync(join(RUN, 'geoip'), { recursive: true, mode: 0o700 });
+    copyFileSync(DEFAULT_GEOIP_DB, `${copy}.tmp`);
+    renameSync(`${copy}.tmp`, copy);
+  }
+  env['GEOIP_DB'] = copy;
+}
+
+// Redis: honour REDIS_URL; else a private redis-server when installed; else in-memory stores.
+const starting: Promise<[Service, boolean]>[] = [];
+if (plan.redisPort !== undefined) {
+  const port = plan.redisPort;
+  mkdirSync(join(RUN, 'redis'), { recursive: true, mode: 0o700 });
+  const redis: Service = {
+    name: 'redis', label: 'redis-server', cmd: 'redis-server', env: withoutSecrets(), ready: tcpOpen(port), delayMs: 500, restarts: 0,
+    // --set-proc-title no: its command line keeps naming its data directory (ps, and the e2e test).
+    args: ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'yes', '--appendfsync', 'always',
+      '--dir', join(RUN, 'redis'), '--set-proc-title', 'no', '--loglevel', 'warning'],
+  };
+  services.set('redis', redis);
+  launch(redis);
+  env['REDIS_URL'] = `redis://127.0.0.1:${port}/0`;
+  starting.push(waitFor(redis.ready, 10_000).then((ok) => [redis, ok]));
+  say(`redis-server on 127.0.0.1:${port} (data in ${shown('redis')})`);
+} else if (blank('REDIS_URL')) {
+  say('redis-server not found: the TS service will use its in-memory stores (development only)');
+}
+
+// Order backend: honour ORDER_BACKEND_URL; else the demo mTLS backend (scripts/dev/order-backend-main.ts).
+if (plan.backendPort !== undefined) {
   const pki = generateDevPki(join(RUN, 'pki'));
-  backend = createOrderBackend({ certFile: pki.backendCertFile, keyFile: pki.backendKeyFile, clientCaFile: pki.clientCaFile });
-  const port = await backend.listen(Number(env['DEV_BACKEND_PORT'] ?? 8443));
+  const port = plan.backendPort !== 0 ? plan.backendPort : await new Promise<number>((resolve) => {
+    const s = createServer().listen(0, '127.0.0.1', () => {
+      const a = s.address();
+      s.close(() => resolve(typeof a === 'object' && a !== null ? a.port : 0));
+    });
+  });
+  const backend: Service = {
+    name: 'backend', label: 'the demo backend', cmd: join(ROOT, 'scripts', 'node'), args: [join(ROOT, 'scripts/dev/order-backend-main.ts')],
+    env: {
+      ...withoutSecrets(), BACKEND_CERT_FILE: pki.backendCertFile, BACKEND_KEY_FILE: pki.backendKeyFile,
+      BACKEND_CLIENT_CA_FILE: pki.clientCaFile, BACKEND_PORT: String(port), BACKEND_BIND_ADDRESS: '127.0.0.1',
+    },
+    ready: tcpOpen(port), delayMs: 500, restarts: 0,
+  };
+  services.set('backend', backend);
+  launch(backend);
   Object.assign(env, {
     ORDER_BACKEND_URL: `https://localhost:${port}`,
     ORDER_BACKEND_CA_FILE: pki.backendCaFile,
     EDGE_CLIENT_CERT_FILE: pki.clientCertFile,
     EDGE_CLIENT_KEY_FILE: pki.clientKeyFile,
   });
+  starting.push(waitFor(backend.ready, 15_000).then((ok) => [backend, ok]));
   say(`demo mTLS order backend on https://localhost:${port} (certificates in ${shown('pki')})`);
 }
+for (const [svc, ok] of await Promise.all(starting)) {
+  if (!ok && !stopping) {
+    say(`${svc.label} did not come up`);
+    await stop(1);
+  }
+}
+/** A child exited while starting: stop() is under way and ends the process. */
+const stopped = (): Promise<never> => new Promise<never>(() => undefined);
+if (stopping) await stopped();
 
 const config = loadConfig(env);
-run('authz', join(ROOT, 'scripts', 'node'), [join(ROOT, 'authz/src/main.ts')], {});
-if (!(await waitHttp(`http://127.0.0.1:${config.marketPort}/`, 20_000))) {
+const authz: Service = {
+  name: 'authz', label: 'the TS service', cmd: join(ROOT, 'scripts', 'node'), args: [join(ROOT, 'authz/src/main.ts')],
+  env: withServiceRuntime(Object.fromEntries(Object.entries(env).filter(([k]) => !plan.unknown.includes(k)))), ready: httpOk(`http://127.0.0.1:${config.marketPort}/`), delayMs: 500, restarts: 0,
+};
+services.set('authz', authz);
+launch(authz);
+if (!(await waitFor(authz.ready, 30_000)) && !stopping) {
   say('the TS service did not come up');
   await stop(1);
 }
+if (stopping) await stopped();
 const sdsPath = join(RUN, 'sds.yaml');
 const rendered = renderEnvoy(config, { sdsPath });
 for (const w of rendered.warnings) say(`envoy config warning: ${w}`);
 writeFileSync(join(RUN, 'envoy.yaml'), rendered.bootstrap);
 if (rendered.sds !== undefined) writeFileSync(sdsPath, rendered.sds);
-run('envoy', envoyBinary(env), ['-c', join(RUN, 'envoy.yaml'), '--disable-hot-restart', '-l', 'warning'], {});
 const edge = `http://127.0.0.1:${config.edgePort}`;
-if (!(await waitHttp(`${edge}/healthz`, 30_000))) {
+const envoy: Service = {
+  name: 'envoy', label: 'Envoy', cmd: envoyBinary(env), args: ['-c', join(RUN, 'envoy.yaml'), '--disable-hot-restart', '-l', 'warning'],
+  env: withoutSecrets(), ready: httpOk(`${edge}/healthz`), delayMs: 500, restarts: 0,
+};
+services.set('envoy', envoy);
+launch(envoy);
+if (!(await waitFor(envoy.ready, 30_000)) && !stopping) {
   say('Envoy did not become ready');
   await stop(1);
 }
-say(`READY  ${edge}/healthz → 200
-  clients       ${edge}   (Envoy; per-IP rate limit ${config.rpsPerIp}/s burst ${config.rateBurst})
+if (!stopping) {
+  supervising = true;
+  say(`READY  ${edge}/healthz → 200
+  clients       ${edge}   (Envoy; per-IP rate limit ${config.rpsPerIp}/s burst ${config.rateBurst}, ${config.rateLimitScope === 'global' ? 'global: across replicas, in Redis' : 'local: per Envoy'})
   authz gRPC    127.0.0.1:${config.authzGrpcPort}   (.venv/bin/grpcurl -plaintext 127.0.0.1:${config.authzGrpcPort} list)
   market        127.0.0.1:${config.marketPort}
   metrics       http://127.0.0.1:${config.authzAdminPort}/metrics
   envoy admin   http://127.0.0.1:${config.envoyAdminPort}
+  geoip         ${env['GEOIP_DB'] === join(RUN, 'geoip', 'country.mmdb') ? `${shown('geoip/country.mmdb')} (replace it by rename: docs/operations.md)` : config.geoipDb}
   try it:
     set -a; . ${shown('dev.env')}; set +a
     EDGE_PORT=${config.edgePort} scripts/node scripts/edge-client.ts demo-ingest 0xdemo
     curl -s ${edge}/v1/markets | head -c 300; echo
-    head -c 64 /dev/urandom > /tmp/order.bin
-    EDGE_PORT=${config.edgePort} scripts/node scripts/edge-client.ts order 0xdemo 10 /tmp/order.bin
-  Ctrl-C seals and stops everything.`);
+    head -c 64 /dev/urandom > ${shown('order.bin')}
+    EDGE_PORT=${config.edgePort} scripts/node scripts/edge-client.ts order 0xdemo 10 ${shown('order.bin')}
+  A TS service, Redis or demo backend that exits is restarted; Ctrl-C seals and stops everything.`);
+}

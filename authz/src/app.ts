@@ -3,22 +3,28 @@
  * market service and the seal. Used by process.ts (and by the e2e suite via `npm run authz`).
  */
 import type { Redis } from 'ioredis';
-import { GeoDatabase } from './adapters/geoip.ts';
-import { MemoryNonceStore, RedisNonceStore } from './adapters/nonce-store.ts';
-import { createRedis } from './adapters/redis.ts';
-import { createAuthzCore } from './authz.ts';
-import { configWarnings, type Config } from './config.ts';
-import { loadCredentials } from './credentials.ts';
-import type { Logger } from './log.ts';
-import { createMarketParts, type MarketParts } from './market-wiring.ts';
-import { createMetrics, type AuthzMetrics } from './metrics.ts';
-import { systemClock } from './ports.ts';
+import { GeoDatabase } from './shared/adapters/geoip.ts';
+import { MemoryNonceStore, RedisNonceStore } from './shared/adapters/nonce-store.ts';
+import { createRedis } from './shared/adapters/redis.ts';
+import { ReplicaWait } from './shared/adapters/replica-wait.ts';
+import { createAuthzCore } from './authz/core.ts';
+import { configWarnings, type Config } from './shared/config.ts';
+import { loadCredentials } from './shared/credentials.ts';
+import type { Logger } from './shared/log.ts';
+import { createMarketStore, writeTimeoutMs } from './market/wiring.ts';
+import { createMarketService } from './market/http.ts';
+import { createMetrics, type AuthzMetrics } from './shared/metrics.ts';
+import { systemClock } from './shared/ports.ts';
+import { createSealState } from './shared/seal.ts';
+import { RedisBuckets } from './ratelimit/bucket.ts';
+import { rateLimitService } from './ratelimit/service.ts';
 
 export interface App {
   readonly metrics: AuthzMetrics;
   start(): Promise<void>;
   seal(reason: string): void;
-  isSealed(): boolean;
+  /** Milliseconds since the seal or the last request refused as sealed (0 before the seal). */
+  quietMs(): number;
   stop(): Promise<void>;
   onStop(fn: () => Promise<void>): void;
 }
@@ -50,14 +56,36 @@ export async function createApp(config: Config, logger: Logger, hooks: { onSeale
     logger.warn('REDIS_URL is not set: using IN-MEMORY nonce and market stores. Single instance, development only — ' +
       'nonces and markets are not shared between processes and are lost on restart.');
   }
-  const nonces = redis !== undefined ? new RedisNonceStore(redis) : new MemoryNonceStore();
-  const market: MarketParts = await createMarketParts({ config, credentials, logger, registry: metrics.registry, redis, clock: systemClock });
+  // The global rate limit's buckets: the script is defined before the client's first command.
+  const buckets = redis !== undefined ? new RedisBuckets(redis, config) : undefined;
+  // REDIS_MIN_REPLICAS ≥ 1: nonces and market records are written on a connection of their own
+  // and count only once that many replicas confirmed them (docs/operations.md "Redis").
+  let replicas: ReplicaWait | undefined;
+  if (config.redisUrl !== undefined && config.redisMinReplicas > 0) {
+    const writes = createRedis(config.redisUrl, { commandTimeout: writeTimeoutMs(config) });
+    writes.on('error', (err: Error) => logger.warn({ err: err.message }, 'redis error (write connection)'));
+    replicas = new ReplicaWait(writes, { minReplicas: config.redisMinReplicas, waitMs: config.redisReplicaWaitMs });
+    logger.info({ minReplicas: config.redisMinReplicas, waitMs: config.redisReplicaWaitMs }, 'nonces and market records count once replicas confirm them');
+  }
+  const nonces = redis !== undefined ? new RedisNonceStore(redis, replicas) : new MemoryNonceStore();
+  const store = createMarketStore(config, redis, systemClock, logger, replicas);
 
-  let sealed = false;
-  const core = createAuthzCore({ config, credentials, geo, nonces, markets: market.lookup, clock: systemClock, logger, metrics });
-  market.attach({
-    readiness: () => ({ authz: !sealed, geoip: geoReady, store: market.storeReady() }),
-    isSealed: () => sealed,
+  // One seal state for both services: the moment it is set, Checks and market answers are `sealed`.
+  const sealState = createSealState();
+  const core = createAuthzCore({
+    config, credentials, geo, nonces, markets: store, clock: systemClock, logger, metrics, sealState,
+    grpcServices: [rateLimitService({ buckets, limits: config, metrics, logger })],
+  });
+  const market = createMarketService({
+    store,
+    feedKeys: credentials.feedKeys,
+    ingestMaxBytes: config.ingestMaxBytes,
+    logger,
+    registry: metrics.registry,
+    readiness: () => ({ authz: !sealState.sealed, geoip: geoReady, store: store.ready() }),
+    isSealed: () => sealState.refuses(),
+    host: config.marketBindAddress,
+    port: config.marketPort,
   });
 
   const stops: (() => Promise<void>)[] = [];
@@ -69,21 +97,21 @@ export async function createApp(config: Config, logger: Logger, hooks: { onSeale
       core.grpc.setServing(true);
       logger.info({ grpcPort, marketPort, adminPort: config.authzAdminPort, redis: redis !== undefined }, 'edge authz ready');
     },
+    quietMs: () => sealState.quietMs(),
     seal(reason) {
-      if (sealed) return;
-      sealed = true;
-      core.seal(reason);
+      if (!core.seal(reason)) return;
       hooks.onSealed?.();
     },
-    isSealed: () => sealed,
     onStop(fn) {
       stops.push(fn);
     },
     async stop() {
       await core.grpc.close(1000);
       await market.close();
+      await store.close();
       for (const fn of stops) await fn();
       geo?.close();
+      replicas?.close();
       redis?.disconnect();
     },
   };

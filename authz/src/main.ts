@@ -6,13 +6,20 @@
  * aggregated across workers and forwards seal/shutdown to every worker.
  */
 import cluster from 'node:cluster';
-import { loadConfig } from './config.ts';
-import { loadCredentials } from './credentials.ts';
-import { createLogger } from './log.ts';
+import { checkSettingNames, loadConfig } from './shared/config.ts';
+import { loadCredentials } from './shared/credentials.ts';
+import { defaultGeoipWarning } from './shared/geoip-default.ts';
+import { createLogger } from './shared/log.ts';
 import { runPrimary, runSingle, runWorker } from './process.ts';
 
 const config = loadConfig();
 const logger = createLogger(config.logLevel);
+// Variables that look like settings but are none (STRICT_SETTINGS=1: refused, like a bad value).
+const unknownSettings = checkSettingNames(process.env);
+if (!cluster.isWorker) for (const u of unknownSettings) logger.warn({ setting: u.name, nearest: u.nearest }, `${u.message}; it is ignored`);
+// The default GeoIP database is for development and tests (shared/geoip-default.ts says why).
+const geoipWarning = defaultGeoipWarning(config.geoipDb);
+if (geoipWarning !== undefined && !cluster.isWorker) logger.warn({ geoipDb: config.geoipDb }, geoipWarning);
 
 if (config.workers > 1 && cluster.isPrimary) {
   // Validate the credentials before forking (fail fast, naming the variable), then drop them.

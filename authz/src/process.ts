@@ -6,8 +6,27 @@ import { availableParallelism } from 'node:os';
 import { AggregatorRegistry } from 'prom-client';
 import { createAdminServer } from './admin.ts';
 import { createApp, type App } from './app.ts';
-import type { Config } from './config.ts';
-import type { Logger } from './log.ts';
+import type { Config } from './shared/config.ts';
+import type { Logger } from './shared/log.ts';
+
+/**
+ * After the seal the service keeps answering `sealed` (Envoy sees NOT_SERVING and 503 sealed)
+ * until nothing has asked for DRAIN_QUIET_MS, at most SHUTDOWN_GRACE_MS; then it stops and
+ * exits 0. Where Envoy stopped first (npm start, compose, the pod's shutdown order) that is at
+ * once; with Envoy still sending (a seal through the admin port) it is the whole grace period.
+ */
+export const DRAIN_QUIET_MS = 500;
+const DRAIN_POLL_MS = 100;
+
+function exitWhenDrained(app: App, graceMs: number): void {
+  const sealedAt = Date.now();
+  const timer = setInterval(() => {
+    if (app.quietMs() < DRAIN_QUIET_MS && Date.now() - sealedAt < graceMs) return;
+    clearInterval(timer);
+    app.stop().finally(() => process.exit(0));
+  }, Math.min(DRAIN_POLL_MS, Math.max(1, graceMs)));
+  timer.unref();
+}
 
 function onSignals(seal: (reason: string) => void): void {
   for (const sig of ['SIGTERM', 'SIGINT'] as const) process.on(sig, () => seal(sig));
@@ -15,12 +34,7 @@ function onSignals(seal: (reason: string) => void): void {
 
 async function startApp(config: Config, logger: Logger, withAdmin: boolean): Promise<App> {
   const app = await createApp(config, logger, {
-    onSealed: () => {
-      // Drain, then exit: in-flight Checks finish, Envoy sees NOT_SERVING / 503 sealed meanwhile.
-      setTimeout(() => {
-        app.stop().finally(() => process.exit(0));
-      }, config.shutdownGraceMs).unref();
-    },
+    onSealed: () => exitWhenDrained(app, config.shutdownGraceMs),
   });
   await app.start();
   if (withAdmin) {

@@ -1,12 +1,12 @@
 /**
- * Config (CONTRACT §3, §5, §6, §8): every default equals the contract's, every override is
+ * Config (docs/api.md "POST /internal/ingest/market", §5, §6, §8): every default equals the contract's, every override is
  * read, and every malformed value is refused at start-up with a ConfigError that names the
  * variable. Nothing is silently coerced (TIMEOUT=abc never becomes 0).
  */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { ConfigError, configWarnings, DEFAULT_GEOIP_DB, DEFAULT_GEO_NOTICE, loadConfig, type Config, type Env } from '../src/config.ts';
-import { createGeoClassifier } from '../src/stages/geo.ts';
+import { ConfigError, configWarnings, DEFAULT_GEOIP_DB, DEFAULT_GEO_NOTICE, loadConfig, type Config, type Env } from '../src/shared/config.ts';
+import { createGeoClassifier } from '../src/authz/stages/geo.ts';
 
 const BACKEND: Env = {
   ORDER_BACKEND_URL: 'https://orders.internal.example:8443',
@@ -16,7 +16,7 @@ const BACKEND: Env = {
 };
 
 // ---------------------------------------------------------------------------------------
-// Defaults: an empty environment gives exactly the CONTRACT defaults.
+// Defaults: an empty environment gives exactly the documented defaults (docs/api.md, README "Settings").
 // ---------------------------------------------------------------------------------------
 const defaults: Record<string, [pick: (c: Config) => unknown, expected: unknown]> = {
   'EDGE_PORT 8080': [(c) => c.edgePort, 8080],
@@ -36,7 +36,7 @@ const defaults: Record<string, [pick: (c: Config) => unknown, expected: unknown]
   'ORDER_PAYLOAD_MAX_BYTES 32768': [(c) => c.orderPayloadMaxBytes, 32_768],
   'ORDER_MAX_SIZE unset': [(c) => c.orderMaxSize, undefined],
   'no order backend without ORDER_BACKEND_URL': [(c) => c.orderBackend, undefined],
-  'GEOIP_DB is the shipped CC0 database': [(c) => c.geoipDb, DEFAULT_GEOIP_DB],
+  'GEOIP_DB is the packaged default database': [(c) => c.geoipDb, DEFAULT_GEOIP_DB],
   'BLOCKED_COUNTRIES empty': [(c) => [...c.blockedCountries], []],
   'BLOCKED_REGIONS empty': [(c) => [...c.blockedRegions], []],
   'GEO_UNKNOWN block': [(c) => c.geoUnknown, 'block'],
@@ -212,13 +212,8 @@ for (const [name, [env, variable]] of Object.entries(malformed)) {
   });
 }
 
-// ---------------------------------------------------------------------------------------
-// BUG (config.ts): GEO_TRUSTED_CIDRS is only checked against /^[0-9a-fA-F:.]+\/[0-9]{1,3}$/,
-// so an impossible prefix or a non-address passes loadConfig and only blows up later, in
-// createGeoClassifier, as a plain Error/RangeError that names no variable the ConfigError
-// way (or, for 'abc/8'-like values, as "not an address"). Proposed fix: in loadConfig,
-// require net.isIP(address) !== 0 and 0 ≤ prefix ≤ (32 | 128), and throw ConfigError.
-// ---------------------------------------------------------------------------------------
+// GEO_TRUSTED_CIDRS: an impossible prefix or a non-address is refused by loadConfig with a
+// ConfigError naming the variable, not later by createGeoClassifier as a plain error.
 const badCidrs: Record<string, string> = {
   'IPv4 prefix /33': '10.0.0.0/33',
   'IPv6 prefix /129': '::1/129',
@@ -229,12 +224,12 @@ const badCidrs: Record<string, string> = {
 };
 
 for (const [name, cidr] of Object.entries(badCidrs)) {
-  test(`config malformed – BUG GEO_TRUSTED_CIDRS ${name} (${cidr}) is refused at load with ConfigError`, () => {
+  test(`config malformed – GEO_TRUSTED_CIDRS ${name} (${cidr}) is refused at load with ConfigError`, () => {
     assertConfigError(() => loadConfig({ GEO_TRUSTED_CIDRS: cidr }), 'GEO_TRUSTED_CIDRS');
   });
 }
 
-test('config – BUG every GEO_TRUSTED_CIDRS value that loadConfig accepts builds a geo classifier (no late failure)', () => {
+test('config – every GEO_TRUSTED_CIDRS value that loadConfig accepts builds a geo classifier (no late failure)', () => {
   const accepted: string[] = [];
   for (const cidr of Object.values(badCidrs)) {
     try {
@@ -248,15 +243,14 @@ test('config – BUG every GEO_TRUSTED_CIDRS value that loadConfig accepts build
   }
 });
 
-// BUG (config.ts): NONCE_TTL_SECS and REPLAY_WINDOW_SECS are validated independently. A
-// signed ingest passes the window for 2 × REPLAY_WINDOW_SECS (from ts - window to ts +
-// window), so a nonce kept for less than that can be replayed once it expires (see the
-// retention cases in ingest.test.ts). Fix: refuse NONCE_TTL_SECS < 2 × REPLAY_WINDOW_SECS.
+// NONCE_TTL_SECS against REPLAY_WINDOW_SECS: a signed ingest passes the window for
+// 2 × REPLAY_WINDOW_SECS (from ts - window to ts + window), so a nonce kept for less could be
+// replayed once it expired (the retention cases in ingest.test.ts): such a TTL is refused.
 const retentionCases: Record<string, [env: Env, variable: string | undefined]> = {
   'defaults (600 ≥ 2 × 300) accepted': [{}, undefined],
   'NONCE_TTL_SECS=900 with the default window accepted': [{ NONCE_TTL_SECS: '900' }, undefined],
-  'BUG NONCE_TTL_SECS=60 with REPLAY_WINDOW_SECS=300 refused': [{ NONCE_TTL_SECS: '60' }, 'NONCE_TTL_SECS'],
-  'BUG REPLAY_WINDOW_SECS=400 with NONCE_TTL_SECS=600 refused': [{ REPLAY_WINDOW_SECS: '400' }, 'NONCE_TTL_SECS'],
+  'NONCE_TTL_SECS=60 with REPLAY_WINDOW_SECS=300 refused': [{ NONCE_TTL_SECS: '60' }, 'NONCE_TTL_SECS'],
+  'REPLAY_WINDOW_SECS=400 with NONCE_TTL_SECS=600 refused': [{ REPLAY_WINDOW_SECS: '400' }, 'NONCE_TTL_SECS'],
 };
 
 for (const [name, [env, variable]] of Object.entries(retentionCases)) {

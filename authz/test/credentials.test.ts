@@ -1,5 +1,5 @@
 /**
- * Credentials (CONTRACT §3, §7): HMAC key forms and their minimum length, the rotation key,
+ * Credentials (docs/api.md "POST /internal/ingest/market", §7): HMAC key forms and their minimum length, the rotation key,
  * the feed public-key list, a private feed key reduced to its public key (cross-checked
  * against tweetnacl), zeroize(), and secrets removed from process.env.
  */
@@ -7,8 +7,9 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { createHash, randomBytes, sign, verify } from 'node:crypto';
 import nacl from 'tweetnacl';
-import { ConfigError, type Env } from '../src/config.ts';
-import { decodeStrictBase64, loadCredentials, parseHmacKey, publicKeyFromPrivate } from '../src/credentials.ts';
+import { ConfigError, type Env } from '../src/shared/config.ts';
+import { loadCredentials, parseHmacKey, publicKeyFromPrivate } from '../src/shared/credentials.ts';
+import { decodeStrictBase64 } from '../src/shared/rules.ts';
 import { newFeedKey } from './helpers.ts';
 
 const KEY32 = Buffer.from('0102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f20', 'hex');
@@ -225,7 +226,7 @@ for (const [name, env] of Object.entries(zeroCases)) {
   test(`zeroize – ${name}: every secret buffer is all-zero afterwards`, () => {
     const c = loadCredentials(env);
     assert.ok(c.secretBuffers.length >= 1);
-    // Each HMAC key is held as its bytes plus its two precomputed pads (crypto/hmac.ts).
+    // Each HMAC key is held as its bytes plus its two precomputed pads (shared/crypto/hmac.ts).
     assert.equal(c.secretBuffers.length, 3 * c.hmacKeys.length);
     for (const k of c.hmacKeys) assert.ok(c.secretBuffers.includes(k), 'every HMAC key is a registered secret buffer');
     for (const b of c.secretBuffers) assert.ok(b.some((x) => x !== 0), 'precondition: every secret buffer is non-zero');
@@ -270,10 +271,9 @@ test('process.env – a plain env object passed in is not mutated', () => {
   assert.deepEqual(env, before);
 });
 
-test('decodeStrictBase64 – canonical only', () => {
+test('decodeStrictBase64 – canonical only, at least one byte (the published strict-base64 rule)', () => {
   assert.deepEqual(decodeStrictBase64('AAEC'), Buffer.from([0, 1, 2]));
-  assert.deepEqual(decodeStrictBase64(''), Buffer.alloc(0));
-  for (const bad of ['AAE', 'AAF=', 'AB==', 'A===', '=AAA', 'AA-_', 'AA A', 'AAEC\n']) assert.equal(decodeStrictBase64(bad), undefined, bad);
+  for (const bad of ['', 'AAE', 'AAF=', 'AB==', 'A===', '=AAA', 'AA-_', 'AA A', 'AAEC\n']) assert.equal(decodeStrictBase64(bad), undefined, bad);
 });
 
 test('secret files – EDGE_INGEST_HMAC_FILE and EDGE_FEED_ED25519_PUBLIC_KEY_FILE are read (trailing newline dropped); a missing file names the variable', async () => {

@@ -2,7 +2,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { BlockList } from 'node:net';
 import fc from 'fast-check';
-import { createGeoClassifier } from '../src/stages/geo.ts';
+import { createGeoClassifier } from '../src/authz/stages/geo.ts';
 
 const ipv4 = fc.tuple(fc.nat(255), fc.nat(255), fc.nat(255), fc.nat(255)).map((t) => t.join('.'));
 

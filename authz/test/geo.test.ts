@@ -1,10 +1,10 @@
 /**
- * Geo (CONTRACT §6): both MaxMind record layouts, the classifier's verdicts, the shipped
+ * Geo (docs/api.md "Client address, geo and rate limit"): both MaxMind record layouts, the classifier's verdicts, the shipped
  * default database, reload/watch of a replaced file, and the one uniform 451 denial.
  * Test databases come from fixtures/make-mmdb.py (documentation ranges only), generated
  * into a temporary directory at test time.
  */
-import { HmacSha256Key } from '../src/crypto/hmac.ts';
+import { HmacSha256Key } from '../src/shared/crypto/hmac.ts';
 import { after, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { copyFileSync, mkdirSync, renameSync, symlinkSync, writeFileSync } from 'node:fs';
@@ -12,14 +12,14 @@ import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { MethodDefinition } from '@grpc/proto-loader';
 import { loadPackageDefinition, SERVICE_NAMES } from '../../proto/index.ts';
-import { GeoDatabase, toGeoRecord } from '../src/adapters/geoip.ts';
-import { MemoryNonceStore } from '../src/adapters/nonce-store.ts';
-import { DEFAULT_GEOIP_DB, DEFAULT_GEO_NOTICE, loadConfig } from '../src/config.ts';
-import { geoDenial, type Decision } from '../src/decision.ts';
-import { encodeDecision, type Serialize } from '../src/envoy/response.ts';
-import { evaluate, type PipelineDeps } from '../src/pipeline.ts';
-import type { GeoLookup, GeoRecord } from '../src/ports.ts';
-import { createGeoClassifier, normalizeIp, type GeoPolicy, type GeoVerdict } from '../src/stages/geo.ts';
+import { GeoDatabase, toGeoRecord } from '../src/shared/adapters/geoip.ts';
+import { MemoryNonceStore } from '../src/shared/adapters/nonce-store.ts';
+import { DEFAULT_GEOIP_DB, DEFAULT_GEO_NOTICE, loadConfig } from '../src/shared/config.ts';
+import { geoDenial, type Decision } from '../src/authz/decision.ts';
+import { encodeDecision, type Serialize } from '../src/authz/codec/response.ts';
+import { evaluate, type PipelineDeps } from '../src/authz/pipeline.ts';
+import type { GeoLookup, GeoRecord } from '../src/shared/ports.ts';
+import { createGeoClassifier, normalizeIp, type GeoPolicy, type GeoVerdict } from '../src/authz/stages/geo.ts';
 import { geoFixtures, scratchDir } from './geo-fixtures.ts';
 import { fakeMarkets, fixedClock, HMAC_KEY, newFeedKey } from './helpers.ts';
 
@@ -95,13 +95,10 @@ const lookups: Record<string, [db: string, ip: string, expected: { country: stri
   'ip-location-db v6': [fx.iplocation, '2001:db8:3::abcd', { country: 'CH', regions: [] }],
   'ip-location-db v6 no record': [fx.iplocation, '2001:db8:2::1', null],
   'ip-location-db IPv4-only tree, v4': [fx.iplocationV4, '192.0.2.5', { country: 'CH', regions: [] }],
-  // BUG (adapters/geoip.ts): in an IPv4-only database (ip_version 4, e.g. ip-location-db's
-  // *-ipv4.mmdb) mmdb-lib walks an IPv6 address through the IPv4 tree using its first 32
-  // bits, so 2001:db8:5::1 is answered as if it were 32.1.13.184 (here: KP). Any IPv6 client
-  // gets the country of an unrelated IPv4 network: a blocked-country client can be allowed,
-  // an allowed one blocked. Fix: in GeoDatabase.lookup, return null when
-  // reader.metadata.ipVersion === 4 and net.isIP(ip) === 6 (or refuse v4-only files at load).
-  'BUG ip-location-db IPv4-only tree, an IPv6 address has no record': [fx.iplocationV4, '2001:db8:5::1', null],
+  // In an IPv4-only database (ip_version 4, e.g. ip-location-db's *-ipv4.mmdb) mmdb-lib would
+  // walk an IPv6 address through the IPv4 tree by its first 32 bits (2001:db8:5::1 answered as
+  // 32.1.13.184, here KP): an IPv6 address has no record there.
+  'ip-location-db IPv4-only tree, an IPv6 address has no record': [fx.iplocationV4, '2001:db8:5::1', null],
 };
 
 for (const [name, [file, ip, expected]] of Object.entries(lookups)) {
@@ -178,21 +175,18 @@ const verdicts: Record<string, VerdictCase> = {
   'address with a port → unknown': { db: fx.geoip2, ip: '198.51.100.1:443', verdict: 'unknown_blocked' },
   'an X-Forwarded-For style list → unknown': { db: fx.geoip2, ip: '192.0.2.10, 198.51.100.1', verdict: 'unknown_blocked' },
   'octal-looking IPv4 → unknown': { db: fx.geoip2, ip: '0198.051.100.001', verdict: 'unknown_blocked' },
-  // BUG (stages/geo.ts normalizeIp): only the dotted '::ffff:a.b.c.d' spelling of an
-  // IPv4-mapped address is unmapped. The equivalent RFC 4291 spellings '::ffff:c633:6401'
-  // and '0:0:0:0:0:ffff:198.51.100.1' stay IPv6, miss the IPv4 records (the shipped CC0
-  // database has none under ::ffff:0:0/96 either) and fall to GEO_UNKNOWN — with
-  // GEO_UNKNOWN=allow a client in a blocked country is allowed. Fix: parse the address to
-  // 16 bytes (e.g. via net.SocketAddress / a small parser) and unmap any ::ffff:0:0/96 address.
-  'BUG IPv4-mapped hex form ::ffff:c633:6401 is the v4 address (GEO_UNKNOWN=allow)': {
+  // Every RFC 4291 spelling of an IPv4-mapped address is its IPv4 ('::ffff:c633:6401',
+  // '0:0:0:0:0:ffff:198.51.100.1'): as IPv6 it would miss the IPv4 records (the packaged default
+  // database has none under ::ffff:0:0/96) and fall to GEO_UNKNOWN, so with GEO_UNKNOWN=allow a
+  // client in a blocked country would be allowed.
+  'IPv4-mapped hex form ::ffff:c633:6401 is the v4 address (GEO_UNKNOWN=allow)': {
     db: fx.geoip2, ip: '::ffff:c633:6401', verdict: 'blocked_country', unknown: 'allow',
   },
-  'BUG IPv4-mapped full form 0:0:0:0:0:ffff:198.51.100.1 is the v4 address (GEO_UNKNOWN=allow)': {
+  'IPv4-mapped full form 0:0:0:0:0:ffff:198.51.100.1 is the v4 address (GEO_UNKNOWN=allow)': {
     db: fx.geoip2, ip: '0:0:0:0:0:ffff:198.51.100.1', verdict: 'blocked_country', unknown: 'allow',
   },
-  // BUG (adapters/geoip.ts), see the lookup table above: an IPv6 client looked up in an
-  // IPv4-only database is classified by an unrelated IPv4 network.
-  'BUG IPv6 address in an IPv4-only database is unknown, not the country of its first 32 bits': {
+  // See the lookup table above: an IPv6 client is never classified by an unrelated IPv4 network.
+  'IPv6 address in an IPv4-only database is unknown, not the country of its first 32 bits': {
     db: fx.iplocationV4, ip: '2001:db8:5::1', verdict: 'unknown_allowed', unknown: 'allow',
   },
 };
@@ -365,7 +359,7 @@ test('geo watch – picks up atomic rename replacements, refuses a corrupt one, 
 
   try {
     assert.equal(db.lookup('198.51.100.1')?.country, 'KP');
-    // Let the poller take its first stat (see the BUG test below for why this matters).
+    // Let the poller take its first stat (see the late-replacement tests below for why this matters).
     await sleep(INTERVAL * 4);
     replace(fx.geoip2Swapped, 'a');
     await until(() => db.lookup('198.51.100.1')?.country === 'CH', 2000, 'the swapped database');
@@ -406,7 +400,7 @@ test('geo watch – follows a Kubernetes-style ..data symlink swap', async () =>
   const db = open(join(dir, 'geo.mmdb'), { onReload: (ok) => events.push(ok) });
   db.watch(25);
   assert.equal(db.lookup('198.51.100.1')?.country, 'KP');
-  await sleep(100); // the poller's first stat (see the BUG test below)
+  await sleep(100); // the poller's first stat (see the late-replacement tests below)
   symlinkSync('v2', join(dir, '..data_tmp'));
   renameSync(join(dir, '..data_tmp'), join(dir, '..data'));
   await until(() => db.lookup('198.51.100.1')?.country === 'CH', 2000, 'the swapped ..data target');
@@ -414,16 +408,10 @@ test('geo watch – follows a Kubernetes-style ..data symlink swap', async () =>
   db.close();
 });
 
-// BUG (adapters/geoip.ts GeoDatabase.watch): fs.watchFile reports changes relative to its
-// OWN first stat, taken asynchronously after watch() is called — not relative to the file
-// that was loaded. A replacement that lands between `new GeoDatabase()` and the watcher's
-// first poll (start-up: the constructor runs, then other async start-up work, then watch();
-// or simply the same tick) is never noticed: the old database keeps serving until the file
-// changes again (for a monthly update: a month). The callback's own #stat comparison never
-// runs because no 'change' event fires. Seen as a flaky watch test before the sleep above.
-// Fix: poll with setInterval + fs.stat and compare with #stat (the stat of the file that
-// was actually loaded — ideally fstat of the fd it was read from), or at least, right after
-// watchFile(), statSync the path and reload() when it differs from #stat.
+// A replacement that lands before the watcher's first poll (between `new GeoDatabase()` and
+// watch(), or in the same tick) is noticed: changes are compared with the stat of the file that
+// was actually loaded, not with fs.watchFile's own first stat, which would miss it and keep the
+// old database serving until the next change (for a monthly update: a month).
 const lateWatch: Record<string, (path: string, dir: string) => void> = {
   'replaced by rename before watch() is called': (path, dir) => {
     copyFileSync(fx.geoip2Swapped, join(dir, 'tmp.mmdb'));
@@ -433,7 +421,7 @@ const lateWatch: Record<string, (path: string, dir: string) => void> = {
 };
 
 for (const [name, replaceIt] of Object.entries(lateWatch)) {
-  test(`geo watch – BUG a database ${name} is still picked up`, async () => {
+  test(`geo watch – a database ${name} is still picked up`, async () => {
     const dir = scratchDir();
     const path = join(dir, 'geo.mmdb');
     copyFileSync(fx.geoip2, path);
@@ -467,7 +455,7 @@ function pipeline(geo: GeoLookup, blockedByUrl: string | undefined, notice = DEF
 }
 
 const input = (clientIp: string, method = 'GET', path = '/v1/markets') => ({
-  method, path, clientIp, timestamp: undefined, nonce: undefined, signature: undefined, requestId: undefined, body: undefined,
+  method, path, clientIp, timestamp: undefined, nonce: undefined, signature: undefined, requestId: undefined, body: undefined, phase: undefined, route: undefined,
 });
 
 const blockedClients: Record<string, string> = {

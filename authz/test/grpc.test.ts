@@ -4,12 +4,13 @@
  */
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { randomBytes } from 'node:crypto';
+import { createHash, randomBytes } from 'node:crypto';
 import * as grpc from '@grpc/grpc-js';
-import { geoDenial } from '../src/decision.ts';
+import { geoDenial } from '../src/authz/decision.ts';
+import { NONCE_TAG_HEX } from '../src/shared/log.ts';
 import type { MethodDefinition } from '@grpc/proto-loader';
 import { loadPackageDefinition, SERVICE_NAMES } from '../../proto/index.ts';
-import { encodeDecision } from '../src/envoy/response.ts';
+import { encodeDecision } from '../src/authz/codec/response.ts';
 import { startFixture, type Fixture } from './server-fixture.ts';
 import { PrivateRedis } from './redis-server.ts';
 import { fakeMarkets, hmacHeaders, ingestBody, marketDoc } from './helpers.ts';
@@ -96,6 +97,52 @@ describe('authz gRPC server', () => {
     assert.equal(await f.redis!.exists(`edge:nonce:${nonce}`), 0);
   });
 
+  test('decision log – a denied ingest carries a short non-reversible nonce tag (sha-256 prefix), never the nonce', async () => {
+    const body = ingestBody(marketDoc('0xmkt-int-tag', 1), f.feed);
+    const nonce = randomBytes(16).toString('hex');
+    const headers = { ...hmacHeaders(body, randomBytes(32), now(), nonce), 'x-edge-client-ip': '192.0.2.10', 'x-request-id': 'req-tag-1' };
+    await f.check({ method: 'POST', path: '/internal/ingest/market', headers, body });
+    const line = f.logs.map((l) => JSON.parse(l) as Record<string, unknown>).find((l) => l['requestId'] === 'req-tag-1');
+    assert.ok(line !== undefined, 'the denial was logged');
+    const tag = createHash('sha256').update(nonce).digest('hex').slice(0, NONCE_TAG_HEX);
+    assert.equal(line['nonceTag'], tag);
+    assert.ok(!JSON.stringify(line).includes(nonce.slice(0, 8)), 'no part of the nonce itself');
+    assert.ok(!JSON.stringify(line).includes('[redacted]'), 'the tag is a field of its own, not censored');
+  });
+
+  test('ingest header phase – headers alone decide: missing or malformed headers and a stale timestamp are 401 without a body; good headers pass to the body phase, which still checks the HMAC', async () => {
+    const phase = { route: 'ingest', phase: 'headers' };
+    const ingestPath = { method: 'POST', path: '/internal/ingest/market', contextExtensions: phase };
+    const good = hmacHeaders(Buffer.from('{}'), randomBytes(32), now());
+    const cases: [Record<string, string>, number, string | undefined][] = [
+      [{}, 401, 'unauthorized'],
+      [{ ...good, 'x-edge-nonce': 'zz' }, 401, 'unauthorized'],
+      [{ ...good, 'x-edge-signature': 'v1=00' }, 401, 'unauthorized'],
+      [{ ...good, 'x-edge-timestamp': String(now() - 3_600) }, 401, 'timestamp expired'],
+      // The header phase cannot see the body, so a wrong key still passes it ...
+      [good, 200, undefined],
+    ];
+    for (const [headers, status, error] of cases) {
+      const r = await f.check({ ...ingestPath, headers: { ...headers, 'x-edge-client-ip': '192.0.2.10' } });
+      assert.deepEqual([r.status, r.error], [status, error], JSON.stringify(headers));
+    }
+    // ... and the body phase (no phase extension) denies it, recording no nonce.
+    const body = ingestBody(marketDoc('0xmkt-phase', 1), f.feed);
+    const wrongKey = hmacHeaders(body, randomBytes(32), now());
+    const r = await f.check({ method: 'POST', path: '/internal/ingest/market', headers: { ...wrongKey, 'x-edge-client-ip': '192.0.2.10' }, body, contextExtensions: { route: 'ingest' } });
+    assert.deepEqual([r.status, r.error], [401, 'unauthorized']);
+    assert.equal(await f.redis!.exists(`edge:nonce:${wrongKey['x-edge-nonce']}`), 0);
+    // Geo still applies first in the header phase.
+    const blocked = await f.check({ ...ingestPath, headers: { ...good, 'x-edge-client-ip': '198.51.100.9' } });
+    assert.equal(blocked.status, 451);
+  });
+
+  test('ingest header phase – a body-phase Check with an empty body is the whole policy, never the header phase', async () => {
+    const headers = { ...hmacHeaders(Buffer.alloc(0), randomBytes(32), now()), 'x-edge-client-ip': '192.0.2.10' };
+    const r = await f.check({ method: 'POST', path: '/internal/ingest/market', headers, body: Buffer.alloc(0), contextExtensions: { route: 'ingest' } });
+    assert.deepEqual([r.status, r.error], [401, 'unauthorized']);
+  });
+
   test('ingest – the accepted nonce is stored in Redis with the 600 s TTL', async () => {
     const body = ingestBody(marketDoc('0xmkt-int-4', 1), f.feed);
     const nonce = randomBytes(16).toString('hex');
@@ -112,7 +159,7 @@ describe('authz gRPC server', () => {
     assert.deepEqual([unknown.status, unknown.error], [404, 'unknown_market']);
   });
 
-  test('orders – deadline and size rules answer 422 with the CONTRACT code', async () => {
+  test('orders – deadline and size rules answer 422 with the documented code', async () => {
     const cases: [Record<string, unknown>, string][] = [
       [{ deadline: now() - 1 }, 'deadline_expired'],
       [{ deadline: now() + 86401 + 5 }, 'deadline_too_far'],

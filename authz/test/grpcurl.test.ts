@@ -25,10 +25,18 @@ describe('grpcurl against a running authz', () => {
   });
   after(async () => f.close());
 
-  test('grpcurl – list shows exactly Authorization, Health and reflection', async () => {
+  test('grpcurl – list shows exactly Authorization, RateLimitService, Health and reflection', async () => {
     const { stdout } = await run(GRPCURL, ['-plaintext', `127.0.0.1:${f.port}`, 'list']);
     const services = stdout.trim().split('\n').filter((s) => !s.startsWith('grpc.reflection.'));
-    assert.deepEqual(services.sort(), ['envoy.service.auth.v3.Authorization', 'grpc.health.v1.Health']);
+    assert.deepEqual(services.sort(), ['envoy.service.auth.v3.Authorization', 'envoy.service.ratelimit.v3.RateLimitService', 'grpc.health.v1.Health']);
+  });
+
+  test('grpcurl – describe shows ShouldRateLimit; without Redis it answers UNAVAILABLE (Envoy lets the request through)', async () => {
+    const svc = await run(GRPCURL, ['-plaintext', `127.0.0.1:${f.port}`, 'describe', 'envoy.service.ratelimit.v3.RateLimitService']);
+    assert.match(svc.stdout, /rpc ShouldRateLimit \( \.envoy\.service\.ratelimit\.v3\.RateLimitRequest \) returns \( \.envoy\.service\.ratelimit\.v3\.RateLimitResponse \)/);
+    const req = JSON.stringify({ domain: 'edge', descriptors: [{ entries: [{ key: 'client', value: 'v4' }, { key: 'client_ip', value: '192.0.2.1' }] }] });
+    const r = await run(GRPCURL, ['-plaintext', '-d', req, `127.0.0.1:${f.port}`, 'envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit']).catch((err: { stderr?: string }) => ({ stdout: '', stderr: err.stderr ?? '' }));
+    assert.match(r.stderr, /Unavailable[\s\S]*REDIS_URL/);
   });
 
   test('grpcurl – describe shows the Check method and CheckRequest fields', async () => {

@@ -6,7 +6,7 @@
 import { createHash, createHmac, generateKeyPairSync, randomBytes, sign, type KeyObject } from 'node:crypto';
 import type { MethodDefinition } from '@grpc/proto-loader';
 import { loadPackageDefinition, SERVICE_NAMES } from '../../proto/index.ts';
-import type { Clock, MarketLookup, MarketMeta } from '../src/ports.ts';
+import type { Clock, MarketLookup, MarketMeta } from '../src/shared/ports.ts';
 
 const pd = loadPackageDefinition();
 const checkDef = (pd[SERVICE_NAMES.authorization] as Record<string, MethodDefinition<object, object>>)['Check']!;
@@ -20,6 +20,8 @@ export interface CheckSpec {
   bodyAsString?: boolean;
   sourceAddress?: string;
   host?: string;
+  /** CheckRequest.attributes.context_extensions (the route's ExtAuthzPerRoute check_settings). */
+  contextExtensions?: Record<string, string>;
 }
 
 /** The CheckRequest as a proto-loader object, shaped like Envoy 1.40's. */
@@ -54,6 +56,7 @@ export function checkRequestObject(spec: CheckSpec): Record<string, unknown> {
       request: { time: { seconds: '1763700000', nanos: 0 }, http },
       metadata_context: {},
       route_metadata_context: {},
+      ...(spec.contextExtensions === undefined ? {} : { context_extensions: spec.contextExtensions }),
     },
   };
 }
@@ -108,7 +111,7 @@ export function newFeedKey(): FeedKey {
   return { privateKey, publicKey, publicHex };
 }
 
-/** Signs a feed document as the producer does (SPEC §5): Ed25519 over SHA-256(document). */
+/** Signs a feed document as the producer does (docs/api.md "POST /internal/ingest/market"): Ed25519 over SHA-256(document). */
 export function envelopeFor(doc: object | Buffer, key: FeedKey): { d: string; s: string; k: string } {
   const bytes = Buffer.isBuffer(doc) ? doc : Buffer.from(JSON.stringify(doc), 'utf8');
   const sig = sign(null, createHash('sha256').update(bytes).digest(), key.privateKey);
@@ -119,7 +122,7 @@ export function ingestBody(doc: { conditionId: string } & Record<string, unknown
   return Buffer.from(JSON.stringify({ conditionId: doc.conditionId, ...envelopeFor(doc, key) }), 'utf8');
 }
 
-/** HMAC headers for an ingest body (CONTRACT §3). */
+/** HMAC headers for an ingest body (docs/api.md "POST /internal/ingest/market"). */
 export function hmacHeaders(body: Buffer, key: Buffer, ts: number | string, nonce = randomBytes(16).toString('hex')): Record<string, string> {
   const t = String(ts);
   const mac = createHmac('sha256', key).update(`${t}.${nonce}.`).update(body).digest('hex');

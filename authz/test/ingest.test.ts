@@ -1,16 +1,16 @@
 /**
- * Ingest policy (SPEC §5, CONTRACT §3) at every boundary, with a fixed clock and the
+ * Ingest policy (docs/api.md "POST /internal/ingest/market", docs/api.md "POST /internal/ingest/market") at every boundary, with a fixed clock and the
  * in-memory nonce store: headers → window → HMAC → nonce → envelope → Ed25519 → document.
  */
-import { HmacSha256Key } from '../src/crypto/hmac.ts';
+import { HmacSha256Key } from '../src/shared/crypto/hmac.ts';
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { createHash, createHmac, randomBytes, sign } from 'node:crypto';
-import { ALLOW, type Decision } from '../src/decision.ts';
-import { ERROR_STATUS } from '../src/errors.ts';
-import { MemoryNonceStore } from '../src/adapters/nonce-store.ts';
-import { checkIngestSignature, ingestStage, parseTimestamp, type IngestDeps, type IngestRequest } from '../src/stages/ingest.ts';
-import type { NonceResult, NonceStore } from '../src/ports.ts';
+import { ALLOW, type Decision } from '../src/authz/decision.ts';
+import { ERROR_STATUS } from '../src/shared/errors.ts';
+import { MemoryNonceStore } from '../src/shared/adapters/nonce-store.ts';
+import { checkIngestSignature, ingestStage, parseTimestamp, type IngestDeps, type IngestRequest } from '../src/authz/stages/ingest.ts';
+import type { NonceResult, NonceStore } from '../src/shared/ports.ts';
 import { envelopeFor, fixedClock, HMAC_KEY, marketDoc, newFeedKey, type FeedKey } from './helpers.ts';
 
 const NOW = 1763700000;
@@ -328,23 +328,20 @@ test('ingest nonce – retention: a replay inside 600 s, accepted again after it
   assertDecision(await ingestStage(signed(BODY, { nonce, ts: String(NOW + 601) }), deps), 'ok');
 });
 
-// BUG (stages/ingest.ts + config.ts): a nonce must be remembered for as long as its
-// timestamp can still pass the window, i.e. until ts + REPLAY_WINDOW_SECS has passed. The
-// stage records it for NONCE_TTL_SECS from *receipt* instead. A request received when its
-// timestamp is at the future edge (ts = now + 300) stays inside the window until now + 600
-// — exactly when a 600 s nonce expires — so it can be replayed during that last second; and
-// nothing stops NONCE_TTL_SECS < 2 × REPLAY_WINDOW_SECS (e.g. 60 with 300), which reopens a
-// replay window of minutes. Fix: record with ttl = max(nonceTtlSecs, ts + replayWindowSecs
-// + 1 - now) (seconds, rounded up), and refuse NONCE_TTL_SECS < 2 × REPLAY_WINDOW_SECS in
-// loadConfig (see config.test.ts).
+// A nonce is remembered for as long as its timestamp can still pass the window, i.e. until
+// ts + REPLAY_WINDOW_SECS has passed, whatever NONCE_TTL_SECS says: recorded with
+// ttl = max(nonceTtlSecs, ts + replayWindowSecs + 1 - now). A request stamped at the future
+// edge (ts = now + 300) stays inside the window until now + 600, exactly when a 600 s nonce
+// would expire; and a NONCE_TTL_SECS below the window (loadConfig refuses < 2 × window, see
+// config.test.ts) must not reopen a replay window.
 const retention: Record<string, [ttl: number, tsOffset: number, replayAfter: number, expected: Code]> = {
   'ts = now, replayed 300 s later (last second of the window)': [600, 0, 300, 'ingest_replay'],
   'ts = now, replayed 301 s later (window closed)': [600, 0, 301, 'timestamp expired'],
   'ts = now - 300, replayed at once': [600, -300, 0, 'ingest_replay'],
   'ts = now + 300, replayed 599 s later': [600, 300, 599, 'ingest_replay'],
-  'BUG ts = now + 300, replayed 600 s later (still inside the window)': [600, 300, 600, 'ingest_replay'],
+  'ts = now + 300, replayed 600 s later (still inside the window: kept past NONCE_TTL_SECS)': [600, 300, 600, 'ingest_replay'],
   'ts = now + 300, replayed 601 s later (window closed)': [600, 300, 601, 'timestamp expired'],
-  'BUG NONCE_TTL_SECS=60, ts = now, replayed 61 s later': [60, 0, 61, 'ingest_replay'],
+  'NONCE_TTL_SECS=60, ts = now, replayed 61 s later (kept for the window, not the TTL)': [60, 0, 61, 'ingest_replay'],
 };
 
 for (const [name, [ttl, tsOffset, replayAfter, expected]] of Object.entries(retention)) {

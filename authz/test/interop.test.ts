@@ -1,25 +1,26 @@
 /**
- * Interop (SPEC §5): a feed producer that signs with tweetnacl —
+ * Interop (docs/api.md "POST /internal/ingest/market"): a feed producer that signs with tweetnacl —
  * `nacl.sign.detached(sha256(document), secretKey)` — is accepted by the consumer
  * (verifyEnvelopeSignature / checkIngestContent / the whole pipeline), keys configured in
  * every documented form; and an HMAC computed by an independent implementation (Python's
  * hmac module) verifies. Tampering with one byte of the document, of `s`, or of the
  * HMAC'd body fails with the right code.
  */
-import { HmacSha256Key } from '../src/crypto/hmac.ts';
+import { HmacSha256Key } from '../src/shared/crypto/hmac.ts';
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
 import { createHash, createHmac, randomBytes } from 'node:crypto';
 import { fileURLToPath } from 'node:url';
 import nacl from 'tweetnacl';
-import { MemoryNonceStore } from '../src/adapters/nonce-store.ts';
-import { loadCredentials, parseHmacKey } from '../src/credentials.ts';
-import { ALLOW, geoDenial, type Decision } from '../src/decision.ts';
-import { decodeCheckRequest } from '../src/envoy/request.ts';
-import { verifyEnvelopeSignature } from '../src/feed/envelope.ts';
-import { evaluate, INGEST_PATH, type PipelineDeps } from '../src/pipeline.ts';
-import { checkIngestContent } from '../src/stages/ingest.ts';
+import { MemoryNonceStore } from '../src/shared/adapters/nonce-store.ts';
+import { loadCredentials, parseHmacKey } from '../src/shared/credentials.ts';
+import { ALLOW, geoDenial, type Decision } from '../src/authz/decision.ts';
+import { decodeCheckRequest } from '../src/authz/codec/request.ts';
+import { verifyEnvelopeSignature } from '../src/shared/feed/envelope.ts';
+import { PATHS } from '../src/shared/contract.ts';
+import { evaluate, type PipelineDeps } from '../src/authz/pipeline.ts';
+import { checkIngestContent } from '../src/authz/stages/ingest.ts';
 import { encodeCheckRequest, fakeMarkets, fixedClock, marketDoc } from './helpers.ts';
 
 const NOW = 1763700000;
@@ -190,7 +191,7 @@ const PY_MAC = pythonHmac(HMAC, message(BODY));
 
 async function ingest(body: Buffer, mac: string): Promise<Decision> {
   const wire = encodeCheckRequest({
-    method: 'POST', path: INGEST_PATH, body,
+    method: 'POST', path: PATHS.ingest, body,
     headers: { 'x-edge-timestamp': TS, 'x-edge-nonce': NONCE, 'x-edge-signature': `v1=${mac}`, 'x-edge-client-ip': '192.0.2.1' },
   });
   return evaluate(decodeCheckRequest(wire), pipeline());

@@ -1,7 +1,7 @@
 /**
  * docs/openapi.yaml is generated from the service's own schemas and error table
  * (scripts/openapi.ts): it must equal a fresh generation, lint clean with @redocly/cli, and
- * name every CONTRACT error code.
+ * name every API error code.
  */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
@@ -10,7 +10,7 @@ import { readFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { promisify } from 'node:util';
 import { fileURLToPath } from 'node:url';
-import { ERROR_STATUS } from '../src/errors.ts';
+import { ERROR_STATUS } from '../src/shared/errors.ts';
 import { OPENAPI_FILE, buildOpenApi, renderOpenApi } from '../../scripts/openapi.ts';
 
 const require = createRequire(import.meta.url);
@@ -20,7 +20,7 @@ test('openapi – the committed document equals a fresh generation from the code
   assert.equal(readFileSync(OPENAPI_FILE, 'utf8'), renderOpenApi());
 });
 
-test('openapi – every CONTRACT error code is documented, each under its own status', () => {
+test('openapi – every API error code is documented, each under its own status', () => {
   const text = JSON.stringify(buildOpenApi());
   for (const [code, status] of Object.entries(ERROR_STATUS)) {
     assert.ok(text.includes(JSON.stringify(code)), code);

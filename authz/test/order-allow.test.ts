@@ -1,7 +1,7 @@
 /**
  * An allowed order on the wire: the CheckResponse Envoy receives carries the envelope's
  * payload as dynamic metadata (a google.protobuf.Value with its kind set: Envoy 1.40 aborts on
- * a kind-less Value when Lua reads it) and the CONTRACT §5 headers as OkHttpResponse headers.
+ * a kind-less Value when Lua reads it) and the docs/api.md "POST /v1/orders" headers as OkHttpResponse headers.
  * Pushed through the real Authorization protos, as Envoy would decode them. The live Envoy
  * half (the Lua filter decoding it byte-exact, fail-closed cases) is envoy/test/render.test.ts.
  */
@@ -10,9 +10,10 @@ import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
 import type { MethodDefinition } from '@grpc/proto-loader';
 import { loadPackageDefinition, SERVICE_NAMES } from '../../proto/index.ts';
-import { ALLOW, deny } from '../src/decision.ts';
-import { encodeDecision, type Serialize } from '../src/envoy/response.ts';
-import { ORDER_PAYLOAD_METADATA_KEY, orderAllow, parseOrder } from '../src/stages/order.ts';
+import { ALLOW, deny } from '../src/authz/decision.ts';
+import { encodeDecision, type Serialize } from '../src/authz/codec/response.ts';
+import { ORDER_PAYLOAD_METADATA_KEY } from '../src/shared/contract.ts';
+import { orderAllow, parseOrder } from '../src/authz/stages/order.ts';
 
 const pd = loadPackageDefinition();
 const checkDef = (pd[SERVICE_NAMES.authorization] as Record<string, MethodDefinition<object, object>>)['Check']!;
@@ -52,7 +53,7 @@ for (const [name, payload] of Object.entries(payloads)) {
   });
 }
 
-test('order allow on the wire – the CONTRACT §5 headers overwrite whatever the client sent', () => {
+test('order allow on the wire – the docs/api.md "POST /v1/orders" headers overwrite whatever the client sent', () => {
   const o = parseOrder(envelope(Buffer.from('hi'), { size: '0025.50' }), 32_768);
   assert.ok(!('allow' in o));
   const wire = onTheWire(encodeDecision(orderAllow(o), serialize));

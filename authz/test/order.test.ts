@@ -1,14 +1,16 @@
 /**
- * Order policy (CONTRACT §5): strict base64 length, envelope shape (`field` names the bad
+ * Order policy (docs/api.md "POST /v1/orders"): strict base64 length, envelope shape (`field` names the bad
  * field), market state, deadline window, size rules, payload size — through the cached
  * (synchronous) and the cache-miss (Promise) market lookups alike, and a failing lookup.
  */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import type { Decision } from '../src/decision.ts';
-import { ERROR_STATUS } from '../src/errors.ts';
-import { checkOrder, ORDER_PAYLOAD_METADATA_KEY, orderStage, parseOrder, strictBase64Length, type OrderDeps } from '../src/stages/order.ts';
-import type { MarketLookup, MarketMeta } from '../src/ports.ts';
+import type { Decision } from '../src/authz/decision.ts';
+import { ERROR_STATUS } from '../src/shared/errors.ts';
+import { ORDER_PAYLOAD_METADATA_KEY } from '../src/shared/contract.ts';
+import { checkOrder, orderStage, parseOrder, type OrderDeps } from '../src/authz/stages/order.ts';
+import { strictBase64Length } from '../src/shared/rules.ts';
+import type { MarketLookup, MarketMeta } from '../src/shared/ports.ts';
 import { fakeMarkets, fixedClock } from './helpers.ts';
 
 const NOW = 1763700000;
@@ -196,7 +198,7 @@ const cases: Record<string, Case> = {
 function assertDecision(d: Decision, c: Case): void {
   assert.equal(d.code, c.code, `expected ${c.code}, got ${d.code} (${d.reason})`);
   if (c.code === 'ok') {
-    // The allow hands Envoy the payload (for the order-body Lua filter) and the CONTRACT §5
+    // The allow hands Envoy the payload (for the order-body Lua filter) and the docs/api.md "POST /v1/orders"
     // headers, all exactly as the client sent them.
     const sent = JSON.parse(String(c.body)) as { marketId: string; deadline: number; size: string; payload: string };
     assert.equal(d.allow, true);
@@ -231,7 +233,7 @@ for (const [name, c] of Object.entries(cases)) {
   }
 }
 
-test('order – the status numbers of every order code match CONTRACT §2', () => {
+test('order – the status numbers of every order code match docs/api.md "Errors"', () => {
   assert.deepEqual(
     [ERROR_STATUS.invalid_json, ERROR_STATUS.invalid_order, ERROR_STATUS.unknown_market, ERROR_STATUS.market_closed,
       ERROR_STATUS.deadline_expired, ERROR_STATUS.deadline_too_far, ERROR_STATUS.invalid_size, ERROR_STATUS.service_unavailable],

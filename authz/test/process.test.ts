@@ -82,3 +82,37 @@ test('process – AUTHZ_WORKERS=2 without REDIS_URL refuses to start: each worke
   assert.match(out, /AUTHZ_WORKERS/);
   assert.match(out, /REDIS_URL/);
 });
+
+test('process – after the seal it keeps answering sealed while requests arrive, and exits 0 once none has for 0.5 s, well before SHUTDOWN_GRACE_MS', async () => {
+  const [grpc, market, admin] = [await freePort(), await freePort(), await freePort()];
+  const child = spawn(`${ROOT}scripts/node`, [`${ROOT}authz/src/main.ts`], {
+    env: {
+      ...process.env, REDIS_URL: '', LOG_LEVEL: 'warn', SHUTDOWN_GRACE_MS: '20000',
+      EDGE_INGEST_HMAC: `hex:${randomBytes(32).toString('hex')}`, EDGE_FEED_ED25519_PUBLIC_KEY: newFeedKey().publicHex,
+      AUTHZ_GRPC_PORT: String(grpc), MARKET_PORT: String(market), AUTHZ_ADMIN_PORT: String(admin),
+    },
+    stdio: ['ignore', 'ignore', 'ignore'],
+  });
+  const exited = new Promise<number | null>((resolve) => child.once('exit', (code) => resolve(code)));
+  try {
+    for (let i = 0; i < 100; i++) {
+      if (await fetch(`http://127.0.0.1:${market}/`).then((r) => r.status === 200, () => false)) break;
+      await sleep(100);
+    }
+    assert.equal((await fetch(`http://127.0.0.1:${admin}/admin/seal`, { method: 'POST' })).status, 202);
+    // Requests keep arriving for 2 s (every 200 ms): the process keeps answering them as sealed.
+    const busyUntil = Date.now() + 2_000;
+    while (Date.now() < busyUntil) {
+      const r = await fetch(`http://127.0.0.1:${market}/`);
+      assert.equal(r.status, 503, 'answered sealed while draining');
+      await r.text();
+      await sleep(200);
+    }
+    const quietFrom = Date.now();
+    assert.equal(await Promise.race([exited, sleep(5_000).then(() => 'still running')]), 0, 'exits once nothing asks');
+    const drainMs = Date.now() - quietFrom;
+    assert.ok(drainMs < 2_000, `exited ${drainMs} ms after the last request (SHUTDOWN_GRACE_MS 20000)`);
+  } finally {
+    child.kill('SIGKILL');
+  }
+});

@@ -10,22 +10,22 @@
  *   - the order stage's base64 length agrees with the strict decoder;
  *   - the geo classifier never throws and treats every IPv4-mapped spelling as the IPv4 address.
  */
-import { HmacSha256Key } from '../src/crypto/hmac.ts';
+import { HmacSha256Key } from '../src/shared/crypto/hmac.ts';
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { createHash, createHmac } from 'node:crypto';
 import fc from 'fast-check';
 import nacl from 'tweetnacl';
-import { decodeStrictBase64 } from '../src/credentials.ts';
-import { geoDenial, type Decision } from '../src/decision.ts';
-import { decodeCheckRequest, type AuthzInput } from '../src/envoy/request.ts';
-import { MemoryNonceStore } from '../src/adapters/nonce-store.ts';
-import { classify, evaluate, INGEST_PATH, ORDER_PATH, type PipelineDeps } from '../src/pipeline.ts';
-import { strictBase64Length } from '../src/stages/order.ts';
-import { createGeoClassifier } from '../src/stages/geo.ts';
-import { GeoDatabase } from '../src/adapters/geoip.ts';
+import { geoDenial, type Decision } from '../src/authz/decision.ts';
+import { decodeCheckRequest, type AuthzInput } from '../src/authz/codec/request.ts';
+import { MemoryNonceStore } from '../src/shared/adapters/nonce-store.ts';
+import { classify, PATHS } from '../src/shared/contract.ts';
+import { evaluate, type PipelineDeps } from '../src/authz/pipeline.ts';
+import { decodeStrictBase64, PATTERN, strictBase64Length } from '../src/shared/rules.ts';
+import { createGeoClassifier } from '../src/authz/stages/geo.ts';
+import { GeoDatabase } from '../src/shared/adapters/geoip.ts';
 import { geoFixtures } from './geo-fixtures.ts';
-import type { MarketMeta } from '../src/ports.ts';
+import type { MarketMeta } from '../src/shared/ports.ts';
 import { encodeCheckRequest, envelopeFor, fakeMarkets, fixedClock, HMAC_KEY, marketDoc, newFeedKey, type CheckSpec } from './helpers.ts';
 
 const NOW = 1763700000;
@@ -208,8 +208,8 @@ const orderBodyArb: fc.Arbitrary<Buffer> = fc.oneof(
 
 const routeArb = fc.oneof(
   fc.constantFrom(
-    ['POST', INGEST_PATH], ['POST', `${INGEST_PATH}?x=1`], ['POST', ORDER_PATH], ['GET', INGEST_PATH], ['GET', '/'],
-    ['GET', '/healthz'], ['GET', '/v1/markets?limit=5'], ['PUT', ORDER_PATH], ['post', INGEST_PATH], ['POST', `${ORDER_PATH}/`],
+    ['POST', PATHS.ingest], ['POST', `${PATHS.ingest}?x=1`], ['POST', PATHS.orders], ['GET', PATHS.ingest], ['GET', '/'],
+    ['GET', '/healthz'], ['GET', '/v1/markets?limit=5'], ['PUT', PATHS.orders], ['post', PATHS.ingest], ['POST', `${PATHS.orders}/`],
   ),
   fc.tuple(fc.string({ maxLength: 8 }), fc.string({ maxLength: 30 })),
 );
@@ -273,7 +273,7 @@ const validIngest = (() => {
 })();
 
 const specOf = (v: typeof validIngest): CheckSpec => ({
-  method: 'POST', path: INGEST_PATH, body: v.body,
+  method: 'POST', path: PATHS.ingest, body: v.body,
   headers: { 'x-edge-timestamp': v.ts, 'x-edge-nonce': v.nonce, 'x-edge-signature': v.sig, 'x-edge-client-ip': '192.0.2.1' },
 });
 
@@ -329,7 +329,7 @@ test('property – random order envelopes on POST /v1/orders (2000): 4xx or an a
   const stats: Stats = { runs: 0, allowedIngest: 0, allowedOrder: 0, decodeErrors: 0 };
   await fc.assert(
     fc.asyncProperty(fc.oneof(orderBodyArb, VALID_ORDER_BODY), fc.boolean(), async (body, asString) => {
-      const wire = encodeCheckRequest({ method: 'POST', path: ORDER_PATH, body, bodyAsString: asString, headers: { 'x-edge-client-ip': '192.0.2.1' } });
+      const wire = encodeCheckRequest({ method: 'POST', path: PATHS.orders, body, bodyAsString: asString, headers: { 'x-edge-client-ip': '192.0.2.1' } });
       await check(wire, stats);
       const d = await evaluate(decodeCheckRequest(wire), deps());
       assert.ok(d.allow || [400, 404, 409, 422].includes(d.httpStatus), `unexpected ${d.httpStatus} ${d.code}`);
@@ -341,18 +341,23 @@ test('property – random order envelopes on POST /v1/orders (2000): 4xx or an a
   assert.ok(stats.allowedOrder > 0);
 });
 
-test('property – strictBase64Length agrees with the strict decoder (1000)', () => {
+test('property – strict base64: strictBase64Length, the published pattern (PATTERN.strictBase64) and Node\'s canonical round trip agree (1000)', () => {
   const b64ish = fc.string({ unit: fc.constantFrom(...'AQgwBEIMRZcs09+/=-_ \n'.split('')), maxLength: 16 });
   const canonical = fc.uint8Array({ minLength: 1, maxLength: 64 }).map((u) => Buffer.from(u).toString('base64'));
+  const pattern = new RegExp(PATTERN.strictBase64);
   let runs = 0;
   let accepted = 0;
   fc.assert(
     fc.property(fc.oneof(b64ish, canonical, fc.string({ maxLength: 12 })), (s) => {
       runs++;
-      if (strictBase64Length(s) >= 0) accepted++;
-      const strict = decodeStrictBase64(s);
-      const expected = s === '' || strict === undefined ? -1 : strict.length;
-      assert.equal(strictBase64Length(s), expected, JSON.stringify(s));
+      const len = strictBase64Length(s);
+      if (len >= 0) accepted++;
+      // The oracle: Node decodes leniently, so strict = re-encoding gives back exactly `s`.
+      const bytes = Buffer.from(s, 'base64');
+      const expected = s !== '' && bytes.toString('base64') === s ? bytes.length : -1;
+      assert.equal(len, expected, JSON.stringify(s));
+      assert.equal(pattern.test(s), expected >= 0, `pattern vs code: ${JSON.stringify(s)}`);
+      assert.deepEqual(decodeStrictBase64(s), expected >= 0 ? bytes : undefined);
     }),
     { numRuns: 1000 },
   );

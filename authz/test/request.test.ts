@@ -1,20 +1,20 @@
 /**
- * The lean CheckRequest decoder (envoy/request.ts) against the full proto-loader decode of
+ * The lean CheckRequest decoder (authz/codec/request.ts) against the full proto-loader decode of
  * the same bytes: method, path (query stripped), client address (x-edge-client-ip header
  * over the source address), the four policy headers, raw body bytes, the `body` string
  * fallback, `header_map` (encode_raw_headers) — by table and by property — and malformed
  * wire data (throws; never a half-filled input that could be allowed).
  */
-import { HmacSha256Key } from '../src/crypto/hmac.ts';
+import { HmacSha256Key } from '../src/shared/crypto/hmac.ts';
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import fc from 'fast-check';
 import type { MethodDefinition } from '@grpc/proto-loader';
 import { loadPackageDefinition, SERVICE_NAMES } from '../../proto/index.ts';
-import { decodeCheckRequest, type AuthzInput } from '../src/envoy/request.ts';
-import { geoDenial } from '../src/decision.ts';
-import { MemoryNonceStore } from '../src/adapters/nonce-store.ts';
-import { evaluate, type PipelineDeps } from '../src/pipeline.ts';
+import { decodeCheckRequest, type AuthzInput } from '../src/authz/codec/request.ts';
+import { geoDenial } from '../src/authz/decision.ts';
+import { MemoryNonceStore } from '../src/shared/adapters/nonce-store.ts';
+import { evaluate, type PipelineDeps } from '../src/authz/pipeline.ts';
 import { checkRequestObject, fakeMarkets, fixedClock, HMAC_KEY, hmacHeaders, ingestBody, marketDoc, newFeedKey, type CheckSpec } from './helpers.ts';
 
 const pd = loadPackageDefinition();
@@ -49,6 +49,7 @@ interface FullRequest {
   attributes?: {
     source?: { address?: { socket_address?: { address?: string } } };
     request?: { http?: FullHttp };
+    context_extensions?: Record<string, string>;
   };
 }
 
@@ -77,6 +78,8 @@ function fullDecode(wire: Buffer): AuthzInput {
     signature: headers.get('x-edge-signature'),
     requestId: headers.get('x-request-id'),
     body,
+    phase: req.attributes?.context_extensions?.['phase'] === 'headers' ? 'headers' : undefined,
+    route: ((r) => (r === 'ingest' || r === 'order' || r === 'read' ? r : undefined))(req.attributes?.context_extensions?.['route']),
   };
 }
 
@@ -123,6 +126,19 @@ const cases: Record<string, Case> = {
     spec: { method: 'POST', body: Buffer.from('{"a":"é"}'), bodyAsString: true }, expect: { body: Buffer.from('{"a":"é"}').toString('hex') },
   },
   'no body': { spec: { method: 'GET' }, expect: { body: undefined } },
+  'context_extensions phase=headers marks the header phase': {
+    spec: { method: 'POST', path: '/internal/ingest/market', contextExtensions: { route: 'ingest', phase: 'headers' } }, expect: { phase: 'headers' },
+  },
+  'context_extensions without phase, or another phase, is no header phase': {
+    spec: { method: 'POST', path: '/internal/ingest/market', contextExtensions: { route: 'ingest', phase: 'body' } }, expect: { phase: undefined },
+  },
+  'a client header named phase is no header phase': { spec: { headers: { phase: 'headers' } }, expect: { phase: undefined } },
+  'context_extensions route names the route Envoy matched': {
+    spec: { method: 'GET', path: '/v1/markets', contextExtensions: { route: 'read' } }, expect: { route: 'read' },
+  },
+  'an unknown route value, or a client header named route, is no route': {
+    spec: { method: 'POST', path: '/v1/orders', headers: { route: 'read' }, contextExtensions: { route: 'admin' } }, expect: { route: undefined },
+  },
 };
 
 const modes: HeaderMode[] = ['headers', 'header_map raw_value', 'header_map value'];
@@ -175,6 +191,7 @@ const specArb = fc.record({
   body: fc.option(fc.uint8Array({ maxLength: 200 }).map((u) => Buffer.from(u)), { nil: undefined }),
   bodyAsString: fc.boolean(),
   sourceAddress: fc.oneof(fc.ipV4(), fc.ipV6(), fc.string({ maxLength: 20 })),
+  contextExtensions: fc.option(fc.dictionary(fc.constantFrom('route', 'phase', 'x'), fc.constantFrom('headers', 'ingest', 'order', 'read', '', 'Headers')), { nil: undefined }),
   mode: fc.constantFrom<HeaderMode>(...modes),
 });
 

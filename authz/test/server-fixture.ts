@@ -6,14 +6,16 @@ import * as grpc from '@grpc/grpc-js';
 import { randomBytes } from 'node:crypto';
 import { Writable } from 'node:stream';
 import { loadPackageDefinition, SERVICE_NAMES } from '../../proto/index.ts';
-import { createAuthzCore, type AuthzCore } from '../src/authz.ts';
-import { loadConfig, type Env } from '../src/config.ts';
-import { loadCredentials } from '../src/credentials.ts';
-import { RedisNonceStore, MemoryNonceStore } from '../src/adapters/nonce-store.ts';
-import { createRedis } from '../src/adapters/redis.ts';
-import { createLogger } from '../src/log.ts';
-import { createMetrics } from '../src/metrics.ts';
-import type { Clock, GeoLookup, MarketLookup, NonceStore } from '../src/ports.ts';
+import { createAuthzCore, type AuthzCore } from '../src/authz/core.ts';
+import { loadConfig, type Env } from '../src/shared/config.ts';
+import { loadCredentials } from '../src/shared/credentials.ts';
+import { RedisNonceStore, MemoryNonceStore } from '../src/shared/adapters/nonce-store.ts';
+import { createRedis } from '../src/shared/adapters/redis.ts';
+import { createLogger } from '../src/shared/log.ts';
+import { createMetrics } from '../src/shared/metrics.ts';
+import type { Clock, GeoLookup, MarketLookup, NonceStore } from '../src/shared/ports.ts';
+import { RedisBuckets } from '../src/ratelimit/bucket.ts';
+import { rateLimitService } from '../src/ratelimit/service.ts';
 import { checkRequestObject, decodeCheckResponse, newFeedKey, outcomeOf, type CheckSpec, type FeedKey } from './helpers.ts';
 import type { Redis } from 'ioredis';
 
@@ -68,6 +70,8 @@ export async function startFixture(opts: {
     config, credentials, geo, nonces, markets: opts.markets,
     clock: opts.clock ?? { nowSecs: () => Math.floor(Date.now() / 1000), nowMs: () => Date.now() },
     logger, metrics,
+    // As app.ts wires it: the global rate limit's service beside Check (its buckets on the Redis, if any).
+    grpcServices: [rateLimitService({ buckets: redis === undefined ? undefined : new RedisBuckets(redis, config), limits: config, metrics, logger })],
   });
   const port = await core.grpc.listen('127.0.0.1', 0);
   core.grpc.setServing(true);

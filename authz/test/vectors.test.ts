@@ -1,19 +1,20 @@
 /**
- * Known-answer vectors (../shared/vectors/ingest.json): every case, evaluated alone
+ * Known-answer vectors (fixtures/ingest-vectors.json, the interface's published ingest vectors,
+ * kept in the repository so it tests itself): every case, evaluated alone
  * against an empty nonce store with the clock at `now`, through the real pipeline
  * (lean CheckRequest decoding included).
  */
-import { HmacSha256Key } from '../src/crypto/hmac.ts';
+import { HmacSha256Key } from '../src/shared/crypto/hmac.ts';
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
-import { ALLOW } from '../src/decision.ts';
-import { decodeCheckRequest } from '../src/envoy/request.ts';
-import { evaluate, type PipelineDeps } from '../src/pipeline.ts';
-import { parseHmacKey, ed25519PublicKey } from '../src/credentials.ts';
-import { geoDenial } from '../src/decision.ts';
-import { MemoryNonceStore } from '../src/adapters/nonce-store.ts';
+import { ALLOW } from '../src/authz/decision.ts';
+import { decodeCheckRequest } from '../src/authz/codec/request.ts';
+import { evaluate, type PipelineDeps } from '../src/authz/pipeline.ts';
+import { parseHmacKey, ed25519PublicKey } from '../src/shared/credentials.ts';
+import { geoDenial } from '../src/authz/decision.ts';
+import { MemoryNonceStore } from '../src/shared/adapters/nonce-store.ts';
 import { encodeCheckRequest, fakeMarkets, fixedClock } from './helpers.ts';
 
 interface Vector {
@@ -23,7 +24,7 @@ interface Vector {
   body_b64?: string;
   expect: { status: number; error?: string; nonce_recorded?: boolean };
 }
-const path = fileURLToPath(new URL('../../../shared/vectors/ingest.json', import.meta.url));
+const path = fileURLToPath(new URL('./fixtures/ingest-vectors.json', import.meta.url));
 const vectors = JSON.parse(readFileSync(path, 'utf8')) as {
   now: number; body_b64: string; feed: { ed25519_public_key_hex: string }; cases: Vector[];
 };

@@ -6,33 +6,36 @@
  * the microseconds go.
  *
  * The core is built by createAuthzCore with the production adapters (real GeoDatabase,
- * metrics, pino), except the nonce store: in-memory here, so the loop measures CPU, not a
- * Redis round trip. The Redis nonce write is measured on its own (CPU per call, many in
+ * metrics, pino, the in-memory market store holding the bench market, ingested through the
+ * market service's write path), except the nonce store: in-memory here, so the loop measures
+ * CPU, not a Redis round trip. The Redis nonce write is measured on its own (CPU per call, many in
  * flight, as the server does it).
  */
 import { Writable } from 'node:stream';
 import type { MethodDefinition } from '@grpc/proto-loader';
 import { loadPackageDefinition, SERVICE_NAMES } from '../../proto/index.ts';
-import { createAuthzCore } from '../../authz/src/authz.ts';
-import { GeoDatabase } from '../../authz/src/adapters/geoip.ts';
-import { MemoryNonceStore, RedisNonceStore } from '../../authz/src/adapters/nonce-store.ts';
-import { createRedis } from '../../authz/src/adapters/redis.ts';
-import { loadConfig, type Env } from '../../authz/src/config.ts';
-import { loadCredentials } from '../../authz/src/credentials.ts';
-import { ALLOW, type Decision } from '../../authz/src/decision.ts';
-import { decodeCheckRequest } from '../../authz/src/envoy/request.ts';
-import { encodeDecision, type Serialize } from '../../authz/src/envoy/response.ts';
-import { checkDocument, parseIngestBody, verifyEnvelopeSignature } from '../../authz/src/feed/envelope.ts';
-import { createLogger } from '../../authz/src/log.ts';
-import { createMetrics } from '../../authz/src/metrics.ts';
-import { classify, evaluate } from '../../authz/src/pipeline.ts';
-import { systemClock } from '../../authz/src/ports.ts';
-import { normalizeIp } from '../../authz/src/stages/geo.ts';
-import { checkIngestSignature } from '../../authz/src/stages/ingest.ts';
-import { orderStage } from '../../authz/src/stages/order.ts';
-import { fakeMarkets } from '../../authz/test/helpers.ts';
-import { CLIENT_IP, MARKET } from './authz-scenarios.ts';
+import { createAuthzCore } from '../../authz/src/authz/core.ts';
+import { GeoDatabase } from '../../authz/src/shared/adapters/geoip.ts';
+import { MemoryNonceStore, RedisNonceStore } from '../../authz/src/shared/adapters/nonce-store.ts';
+import { createRedis } from '../../authz/src/shared/adapters/redis.ts';
+import { loadConfig, type Env } from '../../authz/src/shared/config.ts';
+import { loadCredentials } from '../../authz/src/shared/credentials.ts';
+import { ALLOW, type Decision } from '../../authz/src/authz/decision.ts';
+import { decodeCheckRequest } from '../../authz/src/authz/codec/request.ts';
+import { encodeDecision, type Serialize } from '../../authz/src/authz/codec/response.ts';
+import { checkDocument, parseIngestBody, verifyEnvelopeSignature } from '../../authz/src/shared/feed/envelope.ts';
+import { createLogger } from '../../authz/src/shared/log.ts';
+import { createMetrics } from '../../authz/src/shared/metrics.ts';
+import { classify } from '../../authz/src/shared/contract.ts';
+import { evaluate } from '../../authz/src/authz/pipeline.ts';
+import { systemClock } from '../../authz/src/shared/ports.ts';
+import { normalizeIp } from '../../authz/src/authz/stages/geo.ts';
+import { checkIngestSignature } from '../../authz/src/authz/stages/ingest.ts';
+import { orderStage } from '../../authz/src/authz/stages/order.ts';
+import { MemoryMarketStore } from '../../authz/src/market/store.ts';
+import { CLIENT_IP } from './authz-scenarios.ts';
 import { checkResponseCode } from './grpc-wire.ts';
+import { ingestInto } from './market-service.ts';
 import { cpuPerCall, timeLoop } from './microbench.ts';
 
 /** Pre-encoded CheckRequests and the server settings to build the core with. */
@@ -44,6 +47,8 @@ export interface InProcessInputs {
   readonly order: Buffer;
   /** Makes `count` distinct signed ingest CheckRequests (unframed). */
   readonly ingests: (count: number) => Buffer[];
+  /** The signed ingest body of the market (c) orders, stored before anything is timed. */
+  readonly market: Buffer;
 }
 
 /** One measured line: what, and µs per call. */
@@ -70,10 +75,12 @@ export async function measureInProcess(inp: InProcessInputs, log: (m: string) =>
   const geo = new GeoDatabase(config.geoipDb);
   const metrics = createMetrics({ geoipBuildEpochSecs: () => geo.buildEpochSecs, defaultMetrics: false });
   const logger = createLogger('info', new Writable({ write: (_c, _e, cb) => cb() }));
+  const markets = new MemoryMarketStore();
+  await ingestInto(markets, credentials.feedKeys, inp.market);
   const core = createAuthzCore({
     config, credentials, geo, metrics, logger,
     nonces: new MemoryNonceStore(),
-    markets: fakeMarkets([MARKET]),
+    markets,
     clock: systemClock,
   });
   const checkDef = (loadPackageDefinition()[SERVICE_NAMES.authorization] as Record<string, MethodDefinition<object, object>>)['Check'];

@@ -3,12 +3,11 @@
  * child (bench/authz-server.ts) and the in-process decision-logic loop:
  *   (a) a geo-only GET shaped as Envoy sends it (~14 headers, x-edge-client-ip set),
  *   (b) a signed ingest (valid HMAC, valid Ed25519 envelope, one-time nonce),
- *   (c) an order for a market the lookup knows.
+ *   (c) an order for the bench market, which the service's market store holds (marketIngestBody).
  * CheckRequests are encoded with the real protos (authz/test/helpers.ts).
  */
 import { createHmac, randomBytes } from 'node:crypto';
-import { INGEST_PATH, ORDER_PATH } from '../../authz/src/pipeline.ts';
-import type { MarketMeta } from '../../authz/src/ports.ts';
+import { PATHS } from '../../authz/src/shared/contract.ts';
 import { encodeCheckRequest, ingestBody, marketDoc, type FeedKey } from '../../authz/test/helpers.ts';
 import { frameGrpc } from './grpc-wire.ts';
 
@@ -26,14 +25,15 @@ export const BENCH_POLICY_ENV = {
 } as const;
 
 /** The one market the order scenario trades and the ingest scenario updates. */
-export const MARKET: MarketMeta = {
-  conditionId: 'bench-market-0001',
-  seq: 1,
-  active: true,
-  closed: false,
-  minSize: '5',
-  maxSize: '100000',
-};
+export const MARKET_ID = 'bench-market-0001';
+
+/**
+ * The market's signed ingest body at `seq` (active, sizes 5–100,000), as the feed sends it:
+ * seq 1 is ingested into the service's market store before any Check, (b) sends seq 2.
+ */
+export function marketIngestBody(feed: FeedKey, seq: number): Buffer {
+  return ingestBody(marketDoc(MARKET_ID, seq), feed);
+}
 
 /** The gRPC method path Envoy POSTs to. */
 export const CHECK_PATH = '/envoy.service.auth.v3.Authorization/Check';
@@ -54,16 +54,16 @@ export function geoGetRequest(): Buffer {
   return encodeCheckRequest({ method: 'GET', path: '/v1/markets?active=true&limit=50', headers: GET_HEADERS });
 }
 
-/** (c) An order for MARKET, deadline an hour ahead, within size limits. */
+/** (c) An order for MARKET_ID, deadline an hour ahead, within size limits. */
 export function orderRequest(nowSecs: number): Buffer {
   const body = Buffer.from(JSON.stringify({
-    marketId: MARKET.conditionId,
+    marketId: MARKET_ID,
     deadline: nowSecs + 3600,
     size: '25.5',
     payload: Buffer.from('{"side":"buy","price":"0.52","outcome":"Yes"}').toString('base64'),
   }));
   return encodeCheckRequest({
-    method: 'POST', path: ORDER_PATH, body,
+    method: 'POST', path: PATHS.orders, body,
     headers: { 'user-agent': 'venue-sdk/2.3', 'x-forwarded-for': CLIENT_IP, 'x-edge-client-ip': CLIENT_IP },
   });
 }
@@ -75,12 +75,12 @@ export function orderRequest(nowSecs: number): Buffer {
  * The Ed25519 envelope is the same in all of them: the server still verifies it every time.
  */
 export function ingestRequestFactory(hmacKey: Buffer, feed: FeedKey, nowSecs: number, opts: { framed?: boolean } = {}): (count: number) => Buffer[] {
-  const body = ingestBody(marketDoc(MARKET.conditionId, 2), feed);
+  const body = marketIngestBody(feed, 2);
   const ts = String(nowSecs);
   const NONCE_PH = 'f'.repeat(32);
   const SIG_PH = 'e'.repeat(64);
   const message = encodeCheckRequest({
-    method: 'POST', path: INGEST_PATH, body,
+    method: 'POST', path: PATHS.ingest, body,
     headers: {
       'user-agent': 'feed-producer/1.0', 'x-forwarded-for': CLIENT_IP, 'x-edge-client-ip': CLIENT_IP,
       'x-edge-timestamp': ts, 'x-edge-nonce': NONCE_PH, 'x-edge-signature': `v1=${SIG_PH}`,

@@ -80,15 +80,12 @@ export async function forkNode(script: string, opts: {
   env?: NodeJS.ProcessEnv;
   logFile?: string;
   execArgv?: readonly string[];
-  /** Another Node binary (default: this one). */
-  execPath?: string;
   readyTimeoutMs?: number;
 } = {}): Promise<NodeChild> {
   const log = logStdio(opts.logFile);
   const cp = fork(script, [...(opts.args ?? [])], {
     env: opts.env ?? process.env,
     execArgv: [...(opts.execArgv ?? [])],
-    ...(opts.execPath === undefined ? {} : { execPath: opts.execPath }),
     stdio: [...log.stdio, 'ipc'],
   });
   log.done();

@@ -95,8 +95,6 @@ export interface H2loadResult {
   readonly reqPerSec: number;
   /** Per-request latency in µs (from --log-file). */
   readonly latenciesUs: Float64Array;
-  /** Per-request start, µs since the epoch, in the order of `latenciesUs`. */
-  readonly startsUs: Float64Array;
 }
 
 function num(re: RegExp, text: string): number {
@@ -129,14 +127,11 @@ export function runH2load(bin: string, spec: H2loadSpec): Promise<H2loadResult> 
       try {
         // Each line: start (µs since the epoch), status, latency (µs).
         const latencies: number[] = [];
-        const starts: number[] = [];
         for (const line of readFileSync(spec.logFile, 'utf8').split('\n')) {
           const tab = line.lastIndexOf('\t');
-          if (tab <= 0) continue;
-          latencies.push(Number(line.slice(tab + 1)));
-          starts.push(Number(line.slice(0, line.indexOf('\t'))));
+          if (tab > 0) latencies.push(Number(line.slice(tab + 1)));
         }
-        if (process.env['BENCH_KEEP'] !== '1') rmSync(spec.logFile, { force: true });
+        rmSync(spec.logFile, { force: true });
         resolve({
           done: num(/requests: \d+ total, \d+ started, (\d+) done/, stdout),
           succeeded: num(/(\d+) succeeded/, stdout),
@@ -146,7 +141,6 @@ export function runH2load(bin: string, spec: H2loadSpec): Promise<H2loadResult> 
           elapsedSeconds: num(/finished in ([\d.]+)s/, stdout.replace(/finished in ([\d.]+)ms/, (_m, v: string) => `finished in ${Number(v) / 1000}s`)),
           reqPerSec: num(/finished in [\d.]+m?s, ([\d.]+) req\/s/, stdout),
           latenciesUs: Float64Array.from(latencies),
-          startsUs: Float64Array.from(starts),
         });
       } catch (e) {
         reject(e instanceof Error ? e : new Error(String(e)));

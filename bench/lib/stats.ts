@@ -32,3 +32,17 @@ export function markdownTable(header: readonly string[], rows: readonly (readonl
   const sep = header.map((_, i) => ((align?.[i] ?? 'l') === 'r' ? '---:' : '---'));
   return [header, sep, ...rows].map((r) => `| ${r.join(' | ')} |`).join('\n');
 }
+
+/**
+ * Median over rounds of f(x, y), x and y the samples of `a` and `b` from the same round: a
+ * ratio or a difference taken within a round, so drift of the machine between rounds cancels.
+ */
+export function pairedMedian<T extends { readonly round: number }>(a: readonly T[], b: readonly T[], f: (x: T, y: T) => number): number {
+  return median(a.flatMap((x) => {
+    const y = b.find((z) => z.round === x.round);
+    return y === undefined ? [] : [f(x, y)];
+  }));
+}
+
+/** '**yes**' / '**no**': whether a target is met, as the reports' tables show it. */
+export const met = (ok: boolean): string => (ok ? '**yes**' : '**no**');

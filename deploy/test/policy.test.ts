@@ -3,7 +3,7 @@
  * server (reflection, no proto flags): every deploy/policy/*.json CheckRequest, filled by
  * deploy/policy/fill.ts (current time; signed ingests signed with the server's keys), gets the
  * decision in its *.expected.json (`first`: the answer to a first send, the rest to a second
- * send of the same request). The server runs with the default CC0 GeoIP database,
+ * send of the same request). The server runs with the packaged default GeoIP database,
  * BLOCKED_COUNTRIES=KP, an open market 0xdemo and a closed market 0xclosed.
  */
 import { after, before, test } from 'node:test';
@@ -14,8 +14,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { fileURLToPath } from 'node:url';
-import { GeoDatabase } from '../../authz/src/adapters/geoip.ts';
-import { DEFAULT_GEOIP_DB } from '../../authz/src/config.ts';
+import { GeoDatabase } from '../../authz/src/shared/adapters/geoip.ts';
+import { DEFAULT_GEOIP_DB } from '../../authz/src/shared/config.ts';
 import { startFixture, type Fixture } from '../../authz/test/server-fixture.ts';
 import { fakeMarkets, GRPCURL } from '../../authz/test/helpers.ts';
 import { feedPrivateKey, fillPolicy } from '../policy/fill.ts';
@@ -93,7 +93,7 @@ test('policy – a signed ingest printed by edge-client check-request is allowed
   assert.deepEqual(await grpcurl(stdout), { status: 401, error: 'ingest_replay' });
 });
 
-test('policy – an allowed order shows, in grpcurl, the payload metadata and the CONTRACT §5 headers Envoy will use', async () => {
+test('policy – an allowed order shows, in grpcurl, the payload metadata and the docs/api.md "POST /v1/orders" headers Envoy will use', async () => {
   const request = fillPolicy(readFileSync(join(DIR, 'order-good.json'), 'utf8'), { keys: () => ({ hmacKey: f.hmacKey, feedKey: feedPrivateKey(f.feedSeedHex) }) });
   const sent = JSON.parse((JSON.parse(request) as { attributes: { request: { http: { body: string } } } }).attributes.request.http.body) as
     { marketId: string; size: string; deadline: number; payload: string };

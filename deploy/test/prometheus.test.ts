@@ -1,29 +1,163 @@
 /**
- * deploy/prometheus: every alert uses only metrics (and label values) the service really
- * exports — read from a live registry after exercising it, not from source text — every alert
- * has a documented response in docs/operations.md, and the scrape job is the one the alerts name.
+ * deploy/prometheus: the rules file passes the real `promtool check rules`, and `promtool test
+ * rules` unit tests show the main alerts fire (and stay quiet) as intended; every alert uses only
+ * metrics (and label values) the service really exports — read from a live registry after
+ * exercising it, not from source text — every alert has a documented response in
+ * docs/operations.md, and the scrape job is the one the alerts name.
  */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { readFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import YAML from 'yaml';
-import { ROOT } from '../image.ts';
+import { ROOT } from '../paths.ts';
+import { promtool } from './tools.ts';
 
 interface Rule { alert: string; expr: string; labels: { severity: string }; annotations: { summary: string } }
-const rules = (YAML.parse(readFileSync(join(ROOT, 'deploy/prometheus/alerts.yaml'), 'utf8')) as { groups: { rules: Rule[] }[] }).groups.flatMap((g) => g.rules);
+const ALERTS = join(ROOT, 'deploy/prometheus/alerts.yaml');
+const rules = (YAML.parse(readFileSync(ALERTS, 'utf8')) as { groups: { rules: Rule[] }[] }).groups.flatMap((g) => g.rules);
 
-/** Metric names in the service's exposition (authz metrics + market service), with their label names. */
-async function exported(): Promise<Map<string, Set<string>>> {
-  const { createMetrics } = await import('../../authz/src/metrics.ts');
-  const m = createMetrics({ geoipBuildEpochSecs: () => 0 });
-  const src = readFileSync(join(ROOT, 'authz/src/marketdata/http.ts'), 'utf8');
-  const out = new Map<string, Set<string>>();
-  for (const metric of (await m.registry.getMetricsAsJSON()) as unknown as { name: string; type: string }[]) {
-    const names = metric.type === 'histogram' ? ['_bucket', '_sum', '_count'].map((s) => metric.name + s) : [metric.name];
-    for (const n of names) out.set(n, new Set());
+/** Runs `promtool <args…> <file>` on `text` written to a temporary file. */
+function promtoolOn(args: readonly string[], name: string, text: string): { status: number; output: string } {
+  const dir = mkdtempSync(join(tmpdir(), 'edge-promtool-'));
+  try {
+    writeFileSync(join(dir, name), text);
+    const r = promtool([...args, join(dir, name)], dir);
+    return { status: r.status, output: r.stdout + r.stderr };
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
   }
-  for (const mm of src.matchAll(/name: '(edge_[a-z_]+)'[^}]*labelNames: \[([^\]]*)\]/g)) out.set(mm[1]!, new Set([...mm[2]!.matchAll(/'(\w+)'/g)].map((l) => l[1]!)));
+}
+
+test('prometheus – the alert rules pass promtool check rules', () => {
+  const r = promtool(['check', 'rules', ALERTS]);
+  assert.equal(r.status, 0, r.stdout + r.stderr);
+  assert.match(r.stdout, new RegExp(`SUCCESS: ${rules.length} rules found`));
+});
+
+test('prometheus – promtool check rules refuses a broken rule (the check fails when promtool does)', () => {
+  const broken = readFileSync(ALERTS, 'utf8').replace('expr: max(edge_authz_sealed) == 1', 'expr: max(edge_authz_sealed == 1');
+  assert.notEqual(broken, readFileSync(ALERTS, 'utf8'));
+  const r = promtoolOn(['check', 'rules'], 'alerts.yaml', broken);
+  assert.notEqual(r.status, 0);
+  assert.match(r.output, /FAILED|error/i);
+});
+
+/** An alert as promtool test rules expects it: its labels (rule + series) and its annotations. */
+function firing(alert: string, seriesLabels: Record<string, string>): { exp_labels: Record<string, string>; exp_annotations: Record<string, string> } {
+  const r = rules.find((x) => x.alert === alert);
+  assert.ok(r !== undefined, alert);
+  return { exp_labels: { ...seriesLabels, ...r.labels }, exp_annotations: { ...r.annotations } };
+}
+
+test('prometheus – promtool test rules: the alerts fire on the conditions they describe, after their `for`, and not before or below threshold', () => {
+  const tests = [
+    { // a pod stops answering: pending during `for: 1m`, then firing; a healthy pod never
+      interval: '1m',
+      input_series: [
+        { series: 'up{job="edge-authz",instance="a"}', values: '1 0x5' },
+        { series: 'up{job="edge-authz",instance="b"}', values: '1x6' },
+      ],
+      alert_rule_test: [
+        { eval_time: '1m', alertname: 'EdgeAuthzDown', exp_alerts: [] },
+        { eval_time: '3m', alertname: 'EdgeAuthzDown', exp_alerts: [firing('EdgeAuthzDown', { job: 'edge-authz', instance: 'a' })] },
+        { eval_time: '3m', alertname: 'EdgeMetricsAbsent', exp_alerts: [] },
+      ],
+    },
+    { // nothing scraped as edge-authz for 10 minutes
+      interval: '1m',
+      input_series: [{ series: 'up{job="other",instance="x"}', values: '1x15' }],
+      alert_rule_test: [
+        { eval_time: '5m', alertname: 'EdgeMetricsAbsent', exp_alerts: [] },
+        { eval_time: '12m', alertname: 'EdgeMetricsAbsent', exp_alerts: [firing('EdgeMetricsAbsent', { job: 'edge-authz' })] },
+      ],
+    },
+    { // 2 % of market answers are 5xx (threshold 1 %, for 5m); 0.5 % is not
+      interval: '1m',
+      input_series: [
+        { series: 'edge_market_requests_total{status="200",route="quotes"}', values: '0+96x20' },
+        { series: 'edge_market_requests_total{status="503",route="quotes"}', values: '0+4x20' },
+        { series: 'edge_market_requests_total{status="200",route="markets"}', values: '0+198x20' },
+        { series: 'edge_market_requests_total{status="500",route="markets"}', values: '0+2x20' },
+      ],
+      alert_rule_test: [
+        { eval_time: '4m', alertname: 'EdgeMarketServerErrors', exp_alerts: [] },
+        { eval_time: '15m', alertname: 'EdgeMarketServerErrors', exp_alerts: [firing('EdgeMarketServerErrors', {})] },
+      ],
+    },
+    {
+      interval: '1m',
+      input_series: [
+        { series: 'edge_market_requests_total{status="200",route="quotes"}', values: '0+199x20' },
+        { series: 'edge_market_requests_total{status="503",route="quotes"}', values: '0+1x20' },
+      ],
+      alert_rule_test: [{ eval_time: '15m', alertname: 'EdgeMarketServerErrors', exp_alerts: [] }],
+    },
+    { // ingests refused for an expired timestamp (a code with a space), 10/min for 10 minutes
+      interval: '1m',
+      input_series: [
+        { series: 'edge_authz_decisions_total{route="ingest",outcome="deny",code="timestamp expired"}', values: '0+10x30' },
+        { series: 'edge_authz_decisions_total{route="orders",outcome="deny",code="unauthorized"}', values: '0+100x30' },
+      ],
+      alert_rule_test: [
+        { eval_time: '8m', alertname: 'EdgeIngestAuthFailures', exp_alerts: [] },
+        { eval_time: '25m', alertname: 'EdgeIngestAuthFailures', exp_alerts: [firing('EdgeIngestAuthFailures', {})] },
+      ],
+    },
+    { // the global rate limit fails open: 1.75 % of its answers (Redis errors on a, late on b; threshold 1 %, for 5m); later 0.75 % late is not
+      interval: '1m',
+      input_series: [
+        { series: 'edge_ratelimit_decisions_total{code="ok",instance="a"}', values: '0+1000x40' },
+        { series: 'edge_ratelimit_redis_errors_total{instance="a"}', values: '0+30x20 600+0x20' },
+        { series: 'edge_ratelimit_late_total{instance="a"}', values: '0+0x20 0+10x20' },
+        { series: 'edge_ratelimit_decisions_total{code="ok",instance="b"}', values: '0+1000x40' },
+        { series: 'edge_ratelimit_late_total{instance="b"}', values: '0+5x40' },
+      ],
+      alert_rule_test: [
+        { eval_time: '4m', alertname: 'EdgeRateLimitFailingOpen', exp_alerts: [] },
+        { eval_time: '15m', alertname: 'EdgeRateLimitFailingOpen', exp_alerts: [firing('EdgeRateLimitFailingOpen', {})] },
+        { eval_time: '35m', alertname: 'EdgeRateLimitFailingOpen', exp_alerts: [] },
+      ],
+    },
+    { // one pod's GeoIP database is 46 days old (threshold 45) for over an hour
+      interval: '1m',
+      input_series: [
+        { series: 'edge_geoip_database_age_seconds{instance="a"}', values: `${46 * 86400}x100` },
+        { series: 'edge_geoip_database_age_seconds{instance="b"}', values: `${40 * 86400}x100` },
+      ],
+      alert_rule_test: [
+        { eval_time: '30m', alertname: 'EdgeGeoipStale', exp_alerts: [] },
+        { eval_time: '90m', alertname: 'EdgeGeoipStale', exp_alerts: [firing('EdgeGeoipStale', {})] },
+      ],
+    },
+  ];
+  const r = promtoolOn(['test', 'rules'], 'alerts.test.yaml', YAML.stringify({ rule_files: [ALERTS], evaluation_interval: '1m', tests }));
+  assert.equal(r.status, 0, r.output);
+});
+
+/** Metric names in the service's exposition (authz metrics + market service, one live registry each), with their label names. */
+async function exported(): Promise<Map<string, Set<string>>> {
+  const { createMetrics } = await import('../../authz/src/shared/metrics.ts');
+  const { createMarketService } = await import('../../authz/src/market/http.ts');
+  const { MemoryMarketStore } = await import('../../authz/src/market/store.ts');
+  const { createLogger } = await import('../../authz/src/shared/log.ts');
+  const { Registry } = await import('prom-client');
+  const m = createMetrics({ geoipBuildEpochSecs: () => 0 });
+  const marketRegistry = new Registry();
+  // Constructed, never listening: its metrics are registered at construction.
+  createMarketService({
+    store: new MemoryMarketStore(), feedKeys: [], ingestMaxBytes: 1024, logger: createLogger('silent'), registry: marketRegistry,
+    readiness: () => ({}), isSealed: () => false, host: '127.0.0.1', port: 0,
+  });
+  const out = new Map<string, Set<string>>();
+  for (const registry of [m.registry, marketRegistry]) {
+    for (const metric of (await registry.getMetricsAsJSON()) as unknown as { name: string; type: string; values: { labels: Record<string, unknown> }[] }[]) {
+      const names = metric.type === 'histogram' ? ['_bucket', '_sum', '_count'].map((s) => metric.name + s) : [metric.name];
+      const labels = new Set(metric.values.flatMap((v) => Object.keys(v.labels)));
+      for (const n of names) out.set(n, labels);
+    }
+  }
   return out;
 }
 

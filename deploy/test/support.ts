@@ -3,15 +3,14 @@
  * `envoy --mode validate` of a config as a container would see it through its mounts.
  */
 import assert from 'node:assert/strict';
-import { execFileSync } from 'node:child_process';
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import YAML from 'yaml';
-import { loadConfig, type Env } from '../../authz/src/config.ts';
-import { loadCredentials } from '../../authz/src/credentials.ts';
+import { loadConfig, type Env } from '../../authz/src/shared/config.ts';
+import { loadCredentials } from '../../authz/src/shared/credentials.ts';
 import { validateBootstrap } from '../../envoy/envoy-bin.ts';
-import { ROOT } from '../image.ts';
+import { ROOT } from '../paths.ts';
 
 /**
  * Every environment variable name the TS service (config.ts + credentials.ts) and the Envoy
@@ -95,27 +94,4 @@ export function validateEnvoyThroughMounts(files: Readonly<Record<string, string
   const v = validateBootstrap(join(root, bootstrapPath));
   rmSync(root, { recursive: true, force: true });
   assert.ok(v.ok, v.output);
-}
-
-const PY_VALIDATE = `
-import json, sys, kubernetes_validate
-docs, versions = json.load(sys.stdin), sys.argv[1:]
-errors = []
-for v in versions:
-    for d in docs:
-        try:
-            kubernetes_validate.validate(d, v, strict=True)
-        except Exception as e:
-            errors.append('%s %s/%s: %s' % (v, d.get('kind'), d.get('metadata', {}).get('name'), getattr(e, 'message', str(e))))
-print(json.dumps(errors))
-`;
-
-/**
- * Validates resources against the Kubernetes OpenAPI schemas of each version (PyPI
- * kubernetes-validate in .venv: bundled schemas, offline), strict: unknown fields are errors.
- * Returns the error messages (empty when valid).
- */
-export function kubernetesValidate(resources: readonly object[], versions: readonly string[]): string[] {
-  const out = execFileSync(join(ROOT, '.venv/bin/python'), ['-c', PY_VALIDATE, ...versions], { input: JSON.stringify(resources), encoding: 'utf8' });
-  return JSON.parse(out) as string[];
 }

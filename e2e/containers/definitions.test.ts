@@ -12,13 +12,13 @@ import { execFile } from 'node:child_process';
 import { createServer } from 'node:http';
 import { join } from 'node:path';
 import YAML from 'yaml';
-import { ROOT } from '../../deploy/image.ts';
-import { loadConfig } from '../../authz/src/config.ts';
+import { ROOT } from '../../deploy/paths.ts';
+import { loadConfig } from '../../authz/src/shared/config.ts';
 import { renderEnvoy } from '../../envoy/render.ts';
-import { loadCompose } from '../../deploy/compose.ts';
+import { composeConfig } from '../../deploy/test/tools.ts';
 import { settingsRead } from '../../deploy/test/support.ts';
-import { containerDefinitions, CONTAINER_TRUSTED_CIDRS, loopbackRequestCommand, parseLoopbackResponse, ENVOY_IMAGE, HOST_ALIAS, PATHS, PORTS, REDIS_IMAGE, SECRET_FILES, stackEnv, type ContainerStackInput } from './definitions.ts';
-import { dockerAvailable } from './docker.ts';
+import { containerDefinitions, CONTAINER_TRUSTED_CIDRS, DEFAULT_IMAGES, loopbackRequestCommand, parseLoopbackResponse, HOST_ALIAS, PATHS, PORTS, SECRET_FILES, stackEnv, type ContainerStackInput } from './definitions.ts';
+import { dockerEngine } from '../lib/images.ts';
 
 const input: ContainerStackInput = {
   pkiDir: '/tmp/pki', envoyConfigDir: '/tmp/envoy', secretsDir: '/tmp/secrets', backendPort: 18443, uid: 1234, gid: 1235, geoipDb: '/tmp/geo.mmdb',
@@ -26,11 +26,13 @@ const input: ContainerStackInput = {
 const defs = Object.fromEntries(containerDefinitions(input).map((d) => [d.name, d]));
 const bindsOf = (name: string): Map<string, string> => new Map(defs[name]?.binds.map(([s, t]) => [t, s]));
 
-test('containers driver – the images are the ones deploy/ runs (official Envoy of the tested version, Redis, the service image)', () => {
-  const compose = loadCompose();
-  assert.equal(defs['envoy']?.image, ENVOY_IMAGE);
-  assert.equal(ENVOY_IMAGE, compose.services['envoy']?.image);
-  assert.equal(REDIS_IMAGE, compose.services['redis']?.image);
+test('containers driver – the default images are the ones deploy/ runs (official Envoy of the tested version, Redis); the stand-ins replace only them', () => {
+  const compose = composeConfig().file;
+  assert.equal(defs['envoy']?.image, DEFAULT_IMAGES.envoy);
+  assert.equal(DEFAULT_IMAGES.envoy, compose.services['envoy']?.image);
+  assert.equal(DEFAULT_IMAGES.redis, compose.services['redis']?.image);
+  const local = Object.fromEntries(containerDefinitions({ ...input, images: { envoy: 'local/e', redis: 'local/r' } }).map((d) => [d.name, d.image]));
+  assert.deepEqual(local, { redis: 'local/r', authz: defs['authz']?.image, envoy: 'local/e' });
   assert.deepEqual(defs['redis']?.command, compose.services['redis']?.command?.filter((a, i, all) => a !== '--dir' && all[i - 1] !== '--dir'), 'Redis durable as in compose');
   assert.equal(defs['authz']?.user, '1234:1235');
   assert.equal(defs['envoy']?.user, '1234:1235');
@@ -68,8 +70,10 @@ test('containers driver – exposed ports, aliases and mounts match the Envoy co
   assert.equal(bindsOf('envoy').get(PATHS.envoyConfig), input.envoyConfigDir);
   assert.equal(bindsOf('envoy').get(PATHS.pki), input.pkiDir, 'the PKI directory, so a ..data rotation reaches Envoy');
   for (const k of ['ORDER_BACKEND_CA_FILE', 'EDGE_CLIENT_CERT_FILE', 'EDGE_CLIENT_KEY_FILE']) assert.ok(env[k]?.startsWith(`${PATHS.pki}/`), k);
-  assert.equal(bindsOf('authz').get(env['GEOIP_DB']!), input.geoipDb);
-  assert.deepEqual(defs['authz']?.wait, { kind: 'http', port: PORTS.market, path: '/healthz' });
+  // The database's directory, not the file: a new file renamed over it on the host is seen (a file bind keeps the old inode).
+  assert.equal(env['GEOIP_DB'], `${PATHS.geoipDir}/geo.mmdb`);
+  assert.equal(bindsOf('authz').get(PATHS.geoipDir), '/tmp');
+  assert.deepEqual(defs['authz']?.wait, { kind: 'http', port: PORTS.market, path: '/healthz', statuses: [200] });
 });
 
 test('containers driver – admin requests run inside a container reach a loopback-only port (node and bash variants, chunked answers)', async () => {
@@ -93,7 +97,7 @@ test('containers driver – admin requests run inside a container reach a loopba
   }
 });
 
-const engine = await dockerAvailable();
+const engine = dockerEngine();
 test('containers driver – brings the stack up and answers /healthz through Envoy', { skip: engine.ok ? false : `skipped: ${engine.why}; the same scenarios ran on local processes (e2e/*.test.ts)` }, async () => {
   const { startContainerStack } = await import('./stack.ts');
   const stack = await startContainerStack();

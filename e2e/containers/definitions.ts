@@ -1,18 +1,28 @@
 /**
  * The e2e stack as container definitions: pure data built by one function, so the wiring
- * (images, user, env, ports, mounts, network aliases, readiness) is unit-tested on machines
- * without a Docker engine (definitions.test.ts) and e2e/containers/stack.ts only executes it.
+ * (images, user, env, ports, mounts, network aliases, readiness) is unit-tested without an
+ * engine (definitions.test.ts) and e2e/containers/stack.ts only executes it.
  *
- * Same topology and settings style as deploy/docker-compose.yml: Envoy (official image), the
- * service image built from deploy/Dockerfile reading its secrets from 0400 files (*_FILE),
- * Redis (the testcontainers Redis module) with AOF. The demo order backend runs in the test
- * process on the host (reached as host.testcontainers.internal), so scenarios can read what
- * it received exactly as with the local driver.
+ * Same topology and settings style as deploy/docker-compose.yml: Envoy, the service image built
+ * from deploy/Dockerfile reading its secrets from 0400 files (*_FILE), Redis with AOF. The demo
+ * order backend runs in the test process on the host (reached from the containers as HOST_ALIAS,
+ * the network's gateway), so scenarios can read what it received exactly as with the local driver.
  */
-export const ENVOY_IMAGE = 'envoyproxy/envoy:v1.40.0';
-export const REDIS_IMAGE = 'redis:7.4-alpine';
+import { basename, dirname } from 'node:path';
+import { IMAGES } from '../lib/images.ts';
+
+/** The built service image (this project's own name; never an official one). */
 export const SERVICE_IMAGE = 'edge-trading-proxy:e2e';
-export const HOST_ALIAS = 'host.testcontainers.internal';
+/** The order backend on the host, as the containers resolve it (an extra hosts entry). */
+export const HOST_ALIAS = 'order-backend.host.internal';
+
+/** Which images to run; the defaults are the official pinned ones deploy/ names. */
+export interface ContainerImages {
+  readonly envoy: string;
+  readonly redis: string;
+}
+
+export const DEFAULT_IMAGES: ContainerImages = { envoy: IMAGES.envoy.official, redis: IMAGES.redis.official };
 
 export const PORTS = { edge: 8080, grpc: 9191, market: 8081, admin: 9464, envoyAdmin: 9901, redis: 6379 } as const;
 
@@ -21,7 +31,8 @@ export const PATHS = {
   envoyConfig: '/etc/envoy',
   pki: '/etc/edge/pki',
   secrets: '/run/secrets',
-  geoip: '/var/lib/geoip/country.mmdb',
+  /** The GeoIP database's directory (a directory mount, so a file renamed over it is seen and reloaded). */
+  geoipDir: '/var/lib/geoip',
 } as const;
 
 /** File names in the secrets directory (written 0400 by the driver). */
@@ -39,7 +50,8 @@ export interface ContainerDef {
   readonly binds: readonly (readonly [string, string])[];
   readonly alias: string;
   /** What "ready" means: a log line, or an HTTP 200 on a container port. */
-  readonly wait: { readonly kind: 'log'; readonly text: string } | { readonly kind: 'http'; readonly port: number; readonly path: string; readonly headers?: Readonly<Record<string, string>> };
+  /** What "ready" means: a log line, or one of `statuses` for an HTTP GET on a container port. */
+  readonly wait: { readonly kind: 'log'; readonly text: string } | { readonly kind: 'http'; readonly port: number; readonly path: string; readonly statuses: readonly number[] };
 }
 
 export interface ContainerStackInput {
@@ -55,6 +67,8 @@ export interface ContainerStackInput {
   readonly gid: number;
   readonly geoipDb?: string;
   readonly env?: Readonly<Record<string, string>>;
+  /** Default DEFAULT_IMAGES. */
+  readonly images?: ContainerImages;
 }
 
 /**
@@ -83,7 +97,7 @@ export function stackEnv(input: ContainerStackInput): Record<string, string> {
     EDGE_CLIENT_CERT_FILE: `${PATHS.pki}/client/tls.crt`,
     EDGE_CLIENT_KEY_FILE: `${PATHS.pki}/client/tls.key`,
     GEO_TRUSTED_CIDRS: CONTAINER_TRUSTED_CIDRS,
-    ...(input.geoipDb === undefined ? {} : { GEOIP_DB: PATHS.geoip }),
+    ...(input.geoipDb === undefined ? {} : { GEOIP_DB: `${PATHS.geoipDir}/${basename(input.geoipDb)}` }),
     LOG_LEVEL: 'info',
     SHUTDOWN_GRACE_MS: '200',
     ...input.env,
@@ -93,9 +107,10 @@ export function stackEnv(input: ContainerStackInput): Record<string, string> {
 export function containerDefinitions(input: ContainerStackInput): ContainerDef[] {
   const env = stackEnv(input);
   const user = `${input.uid}:${input.gid}`;
+  const images = input.images ?? DEFAULT_IMAGES;
   return [
     {
-      name: 'redis', image: REDIS_IMAGE, user: undefined, env: {},
+      name: 'redis', image: images.redis, user: undefined, env: {},
       // Durable like production (docs/operations.md "Redis durability").
       command: ['redis-server', '--save', '', '--appendonly', 'yes', '--appendfsync', 'always'],
       exposedPorts: [PORTS.redis], binds: [], alias: 'redis', wait: { kind: 'log', text: 'Ready to accept connections' },
@@ -108,18 +123,20 @@ export function containerDefinitions(input: ContainerStackInput): ContainerDef[]
         EDGE_FEED_ED25519_PUBLIC_KEY_FILE: `${PATHS.secrets}/${SECRET_FILES.feedPublicKeys}`,
       },
       exposedPorts: [PORTS.grpc, PORTS.market, PORTS.admin],
-      binds: [[input.secretsDir, PATHS.secrets], ...(input.geoipDb === undefined ? [] : [[input.geoipDb, PATHS.geoip] as const])],
-      alias: 'authz', wait: { kind: 'http', port: PORTS.market, path: '/healthz' },
+      binds: [[input.secretsDir, PATHS.secrets], ...(input.geoipDb === undefined ? [] : [[dirname(input.geoipDb), PATHS.geoipDir] as const])],
+      alias: 'authz', wait: { kind: 'http', port: PORTS.market, path: '/healthz', statuses: [200] },
     },
     {
       // Runs as the files' owner; ENVOY_UID tells the image's entrypoint not to switch to its
       // own `envoy` user when that owner is root.
-      name: 'envoy', image: ENVOY_IMAGE, user, env: { ENVOY_UID: String(input.uid) },
+      name: 'envoy', image: images.envoy, user, env: { ENVOY_UID: String(input.uid) },
       command: ['envoy', '-c', `${PATHS.envoyConfig}/envoy.yaml`, '--disable-hot-restart', '--log-level', 'warning'],
       exposedPorts: [PORTS.edge],
       // Directories, not files: a client certificate rotated on the host (..data swap) reaches Envoy.
       binds: [[input.envoyConfigDir, PATHS.envoyConfig], [input.pkiDir, PATHS.pki]],
-      alias: 'envoy', wait: { kind: 'http', port: PORTS.edge, path: '/healthz' },
+      // Through Envoy and authz: 200, or 451 when the settings leave the test client's address
+      // (the network gateway) untrusted and without a GeoIP record, as the local driver accepts.
+      alias: 'envoy', wait: { kind: 'http', port: PORTS.edge, path: '/healthz', statuses: [200, 451] },
     },
   ];
 }

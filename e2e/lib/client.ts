@@ -56,12 +56,12 @@ export function uniqueId(prefix: string): string {
   return `${prefix}-${randomBytes(6).toString('hex')}`;
 }
 
-/** Asserts the CONTRACT error shape and returns the code. */
+/** Asserts the API error shape and returns the code. */
 export function errorCode(r: Reply): string {
   if (!(r.headers.get('content-type') ?? '').startsWith('application/json')) {
     throw new Error(`status ${r.status}: content-type ${r.headers.get('content-type')} body ${r.text.slice(0, 200)}`);
   }
   const body = r.json();
-  if (typeof body['error'] !== 'string' || typeof body['message'] !== 'string') throw new Error(`not a CONTRACT error body: ${r.text.slice(0, 200)}`);
+  if (typeof body['error'] !== 'string' || typeof body['message'] !== 'string') throw new Error(`not a API error body: ${r.text.slice(0, 200)}`);
   return body['error'];
 }

@@ -14,7 +14,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { fileURLToPath } from 'node:url';
-import { loadConfig } from '../../authz/src/config.ts';
+import { loadConfig } from '../../authz/src/shared/config.ts';
+import { withServiceRuntime } from '../../authz/src/shared/runtime-env.ts';
 import { envoyBinary } from '../../envoy/envoy-bin.ts';
 import { renderEnvoy } from '../../envoy/render.ts';
 import { freePort, PrivateRedis } from '../../authz/test/redis-server.ts';
@@ -28,6 +29,11 @@ export interface StackOptions {
   /** Extra env for both the TS service and the renderer (e.g. RPS_PER_IP, BLOCKED_COUNTRIES). */
   readonly env?: Record<string, string>;
   readonly geoipDb?: string;
+  /**
+   * A Redis the stack does not own (e.g. `redis+sentinel://…` of authz/test/sentinel.ts), for
+   * REDIS_URL; local driver only. Unset: a private redis-server (`stack.redis`).
+   */
+  readonly redisUrl?: string;
 }
 
 export interface Stack {
@@ -41,6 +47,7 @@ export interface Stack {
   swapBackend(kind: 'good' | 'rogue' | 'down'): Promise<void>;
   /** PIDs of the processes the stack started (for the no-process-left-behind check). */
   pids(): number[];
+  /** The stack's private redis-server (with `redisUrl`: a stand-in whose stop and resume throw). */
   readonly redis: PrivateRedis;
   readonly hmacKey: Buffer;
   readonly feedPrivateKey: ReturnType<typeof generateKeyPairSync>['privateKey'];
@@ -68,10 +75,17 @@ function exitOf(p: ChildProcess): Promise<void> {
   return p.exitCode !== null || p.signalCode !== null ? Promise.resolve() : new Promise((r) => p.once('exit', () => r()));
 }
 
+/** `stack.redis` when REDIS_URL names a Redis the stack did not start. */
+function notOwned(url: string): PrivateRedis {
+  const refuse = (): Promise<void> => Promise.reject(new Error(`the stack does not own ${url}`));
+  return { port: 0, dir: '', url, stop: refuse, resume: refuse } as unknown as PrivateRedis;
+}
+
 export async function startStack(opts: StackOptions = {}): Promise<Stack> {
   const dir = mkdtempSync(join(tmpdir(), 'edge-e2e-'));
   const pki = generateDevPki(join(dir, 'pki'));
-  const redis = await PrivateRedis.start();
+  const owned = opts.redisUrl === undefined ? await PrivateRedis.start() : undefined;
+  const redis = owned ?? notOwned(opts.redisUrl as string);
   let backend: OrderBackend | undefined = createOrderBackend({ certFile: pki.backendCertFile, keyFile: pki.backendKeyFile, clientCaFile: pki.clientCaFile });
   const backendPort = await backend.listen();
   const hmacKey = randomBytes(32);
@@ -84,7 +98,7 @@ export async function startStack(opts: StackOptions = {}): Promise<Stack> {
     MARKET_PORT: String(marketPort),
     AUTHZ_ADMIN_PORT: String(adminPort),
     ENVOY_ADMIN_PORT: String(envoyAdminPort),
-    REDIS_URL: redis.url,
+    REDIS_URL: opts.redisUrl ?? redis.url,
     ORDER_BACKEND_URL: `https://localhost:${backendPort}`,
     ORDER_BACKEND_CA_FILE: pki.backendCaFile,
     EDGE_CLIENT_CERT_FILE: pki.clientCertFile,
@@ -105,11 +119,20 @@ export async function startStack(opts: StackOptions = {}): Promise<Stack> {
 
   let authz: ChildProcess | undefined;
   const startAuthz = async (): Promise<void> => {
-    authz = spawn(NODE, [join(ROOT, 'authz/src/main.ts')], { env: { ...process.env, ...env, ...secrets }, stdio: ['ignore', 'pipe', 'pipe'] });
+    authz = spawn(NODE, [join(ROOT, 'authz/src/main.ts')], { env: withServiceRuntime({ ...process.env, ...env, ...secrets }), stdio: ['ignore', 'pipe', 'pipe'] });
     pipe('authz', authz);
     await waitFor(async () => (await fetch(`http://127.0.0.1:${marketPort}/`)).status === 200, 15_000, 'authz/market service');
   };
-  await startAuthz();
+  // A stack that fails to come up stops what it started (else its processes keep the test alive).
+  const abandon = async (err: unknown): Promise<never> => {
+    for (const p of [authz, started.envoy]) if (p !== undefined && p.exitCode === null && p.signalCode === null) p.kill('SIGKILL');
+    await backend?.close();
+    await owned?.stop();
+    log.end();
+    throw new Error(`${String(err)}; logs:\n${readFileSync(logPath, 'utf8').slice(-2000)}`);
+  };
+  const started: { envoy?: ChildProcess } = {};
+  await startAuthz().catch(abandon);
 
   const config = loadConfig(env);
   const sdsPath = join(dir, 'sds.yaml');
@@ -117,9 +140,11 @@ export async function startStack(opts: StackOptions = {}): Promise<Stack> {
   writeFileSync(join(dir, 'envoy.yaml'), rendered.bootstrap);
   if (rendered.sds !== undefined) writeFileSync(sdsPath, rendered.sds);
   const envoy = spawn(envoyBinary(), ['-c', join(dir, 'envoy.yaml'), '--disable-hot-restart', '--concurrency', '2', '-l', 'warning'], { stdio: ['ignore', 'pipe', 'pipe'] });
+  started.envoy = envoy;
   pipe('envoy', envoy);
   const edgeUrl = `http://127.0.0.1:${edgePort}`;
-  await waitFor(async () => (await fetch(`${edgeUrl}/healthz`)).status === 200, 20_000, 'Envoy /healthz 200');
+  // Through Envoy and authz: 200, or 451 where the loopback peer is not in GEO_TRUSTED_CIDRS.
+  await waitFor(async () => [200, 451].includes((await fetch(`${edgeUrl}/healthz`)).status), 20_000, 'Envoy /healthz answered by authz').catch(abandon);
 
   const stack: Stack = {
     dir, edgeUrl, env, pki, redis, hmacKey,
@@ -157,7 +182,7 @@ export async function startStack(opts: StackOptions = {}): Promise<Stack> {
       for (const p of procs) if (p.exitCode === null && p.signalCode === null) p.kill('SIGKILL');
       await Promise.all(procs.map(exitOf));
       await backend?.close();
-      await redis.stop();
+      await owned?.stop();
       log.end();
       if (process.env['E2E_KEEP'] === undefined) rmSync(dir, { recursive: true, force: true });
     },

@@ -13,18 +13,19 @@ import { existsSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { parse } from 'yaml';
-import { loadConfig, type Config, type Env } from '../../authz/src/config.ts';
-import { ALLOW, deny, geoDenial, type Decision } from '../../authz/src/decision.ts';
-import { ERROR_MESSAGE, ERROR_STATUS } from '../../authz/src/errors.ts';
-import type { AuthzInput } from '../../authz/src/envoy/request.ts';
-import { orderAllow, parseOrder } from '../../authz/src/stages/order.ts';
+import { loadConfig, type Config, type Env } from '../../authz/src/shared/config.ts';
+import { ALLOW, deny, geoDenial, type Decision } from '../../authz/src/authz/decision.ts';
+import { ERROR_MESSAGE, ERROR_STATUS } from '../../authz/src/shared/errors.ts';
+import { CONTEXT_EXTENSION, HEADER_PHASE } from '../../authz/src/shared/contract.ts';
+import type { AuthzInput } from '../../authz/src/authz/codec/request.ts';
+import { orderAllow, parseOrder } from '../../authz/src/authz/stages/order.ts';
 import { ORDER_UPSTREAM_HEADERS } from '../order-body-lua.ts';
-import { createGrpcServer, type AuthzGrpcServer } from '../../authz/src/grpc/server.ts';
+import { createGrpcServer, type AuthzGrpcServer } from '../../authz/src/authz/grpc-server.ts';
 import { envoyBinary, REPO_ROOT, validateBootstrap } from '../envoy-bin.ts';
 import { main as renderCli, BOOTSTRAP_FILE, SDS_FILE } from '../render-cli.ts';
 import {
-  AUTHZ_HEADERS, BAD_REQUEST_CODE, CLIENT_CERT_SECRET, CLUSTER, FILTER, ORDER_BODY_FAILURE, ORDER_BODY_LUA, ROUTE, canonicalIp, duration, renderEnvoy,
-  type JsonObject, type RenderOptions,
+  AUTHZ_HEADERS, BAD_REQUEST_CODE, CLIENT_CERT_SECRET, CLIENT_IP_HEADER, CLIENT_PORT_HEADER, CLUSTER, FILTER, ORDER_BODY_FAILURE, ORDER_BODY_LUA, ROUTE,
+  XFF_POLICY, canonicalIp, duration, renderEnvoy, xffMessage, type JsonObject, type RenderOptions,
 } from '../render.ts';
 import {
   at, certPaths, clusterNamed, hcmOf, perFilter, httpFilters, makeCerts, request, routeNamed, routesOf, startBackendStub, startEnvoy,
@@ -61,8 +62,9 @@ const VARIANTS: Record<string, Variant> = {
       ...backendEnv('https://orders.internal.example:9443'),
       RPS_PER_IP: '5', RATE_BURST: '7', INGEST_MAX_BYTES: '4096', ORDER_MAX_BYTES: '2048',
       ORDER_BACKEND_TIMEOUT_MS: '2500', ORDER_BACKEND_MAX_CONN_SECS: '60', EDGE_PORT: '18443', ENVOY_ADMIN_PORT: '19999',
+      AUTHZ_TIMEOUT_MS: '750',
     },
-    opts: { authzTimeoutMs: 750, accessLogPath: join(work.dir, 'custom-access.log'), nodeId: 'edge-7' },
+    opts: { accessLogPath: join(work.dir, 'custom-access.log'), nodeId: 'edge-7' },
   },
   'allowedHeaders=all': { env: {}, opts: { allowedHeaders: 'all' } },
 };
@@ -112,27 +114,32 @@ for (const [name, variant] of Object.entries(VARIANTS)) {
       assert.doesNotMatch(v.output, /deprecated/i);
     });
 
-    test('filter order: header_mutation → rate limit → ext_authz → order-body Lua → router', () => {
+    const filterNamed = (name: string): Obj => {
+      const f = httpFilters(r.bootstrap).find((x) => x['name'] === name);
+      assert.ok(f !== undefined, name);
+      return f;
+    };
+
+    test('filter order: header_mutation → XFF guard (trusted hops only) → rate limit → ingest header phase → ext_authz → order-body Lua → router', () => {
+      const guard = r.config.xffNumTrustedHops > 0 ? [FILTER.xffGuard] : [];
       assert.deepEqual(httpFilters(r.bootstrap).map((f) => f['name']),
-        [FILTER.headerMutation, FILTER.rateLimit, FILTER.extAuthz, FILTER.lua, FILTER.router]);
+        [FILTER.headerMutation, ...guard, FILTER.rateLimit, FILTER.ingestHeaders, FILTER.extAuthz, FILTER.lua, FILTER.router]);
     });
 
-    test('rate limit: one bucket per client address (IPv6: per /64) with RATE_BURST / RPS_PER_IP, enforced on 100%', () => {
-      const rl = httpFilters(r.bootstrap).find((f) => f['name'] === FILTER.rateLimit)!['typed_config'] as Obj;
-      assert.deepEqual(at(rl, 'descriptors[0].entries'), [{ key: 'client', value: 'address' }, { key: 'masked_remote_address' }]);
-      assert.deepEqual(at(rl, 'descriptors[1].entries'), [{ key: 'client', value: 'v4_mapped' }, { key: 'remote_address' }]);
+    test('rate limit: one bucket per client address (IPv4 and IPv4-mapped alike, IPv6 per /64) with RATE_BURST / RPS_PER_IP, enforced on 100%', () => {
+      const rl = filterNamed(FILTER.rateLimit)['typed_config'] as Obj;
+      assert.deepEqual(at(rl, 'descriptors[0].entries'), [{ key: 'client', value: 'v4' }, { key: 'client_ip' }]);
+      assert.deepEqual(at(rl, 'descriptors[1].entries'), [{ key: 'client', value: 'v6' }, { key: 'masked_remote_address' }]);
       for (const i of [0, 1]) {
         assert.deepEqual(at(rl, `descriptors[${i}].token_bucket`),
           { max_tokens: r.config.rateBurst, tokens_per_fill: r.config.rpsPerIp, fill_interval: '1s' });
       }
       const actions = (rl['rate_limits'] as { actions: Obj[] }[]).map((x) => x.actions);
-      assert.deepEqual(actions[0]![1], { masked_remote_address: { v4_prefix_mask_len: 32, v6_prefix_mask_len: 64 } });
-      assert.deepEqual(actions[1]![1], { remote_address: {} });
-      const mapped = new RegExp(`^(?:${String(at(actions[1]![0], 'header_value_match.headers[0].string_match.safe_regex.regex'))})$`);
-      for (const a of ['::ffff:192.0.2.1', '::ffff:8.8.8.8%4294967295']) assert.match(a, mapped);
-      for (const a of ['::ffff:0:102:304', '2001:db8::1', '192.0.2.1', '::1']) assert.doesNotMatch(a, mapped);
+      assert.deepEqual(actions[0]![1], { request_headers: { header_name: CLIENT_IP_HEADER, descriptor_key: 'client_ip' } });
+      assert.deepEqual(actions[1]![1], { masked_remote_address: { v4_prefix_mask_len: 32, v6_prefix_mask_len: 64 } });
       // Exactly one descriptor per request: the same header test, expected false then true.
       assert.deepEqual(actions.map((a) => at(a[0], 'header_value_match.expect_match')), [false, true]);
+      assert.deepEqual(at(actions[0]![0], 'header_value_match.headers'), [{ name: CLIENT_IP_HEADER, string_match: { contains: ':' } }]);
       assert.deepEqual(at(actions[0]![0], 'header_value_match.headers'), at(actions[1]![0], 'header_value_match.headers'));
       assert.equal(rl['always_consume_default_token_bucket'], false);
       assert.ok((rl['max_dynamic_descriptors'] as number) >= 200_000, 'room for 100k active clients');
@@ -143,20 +150,45 @@ for (const [name, variant] of Object.entries(VARIANTS)) {
       assert.equal(rl['token_bucket'], undefined, 'no shared default bucket');
     });
 
-    test('client address: use_remote_address with XFF_NUM_TRUSTED_HOPS; x-edge-client-ip always overwritten', () => {
+    test('client address: use_remote_address with XFF_NUM_TRUSTED_HOPS; x-edge-client-ip always overwritten, a mapped address as its IPv4', () => {
       const hcm = hcmOf(r.bootstrap);
       assert.equal(hcm['use_remote_address'], true);
       assert.equal(hcm['xff_num_trusted_hops'], r.config.xffNumTrustedHops);
-      const muts = at(httpFilters(r.bootstrap).find((f) => f['name'] === FILTER.headerMutation), 'typed_config.mutations.request_mutations') as Obj[];
-      assert.deepEqual(muts.find((m) => m['append'] !== undefined), {
-        append: {
-          header: { key: 'x-edge-client-ip', value: '%DOWNSTREAM_REMOTE_ADDRESS_WITHOUT_PORT%' },
-          append_action: 'OVERWRITE_IF_EXISTS_OR_ADD',
-        },
-      });
+      assert.equal(hcm['skip_xff_append'], true, 'filters see X-Forwarded-For as the client sent it');
+      assert.deepEqual(hcm['scheme_header_transformation'], { scheme_to_overwrite: 'http' });
+      const muts = at(filterNamed(FILTER.headerMutation), 'typed_config.mutations.request_mutations') as Obj[];
+      const writes = muts.filter((m) => m['append'] !== undefined).map((m) => at(m, 'append.header') as Obj);
+      assert.deepEqual(writes[0], { key: CLIENT_IP_HEADER, value: '%DOWNSTREAM_REMOTE_ADDRESS_WITHOUT_PORT%' });
+      assert.deepEqual(writes.at(-1)!['key'], CLIENT_IP_HEADER);
+      assert.match(String(writes.at(-1)!['value']), /^%CEL\(.*startsWith\('::ffff:'\).*substring\(7\).*\)%$/);
+      const port = writes.find((w) => w['key'] === CLIENT_PORT_HEADER);
+      if (r.config.xffNumTrustedHops > 0) assert.deepEqual(port, { key: CLIENT_PORT_HEADER, value: '%DOWNSTREAM_REMOTE_PORT%' });
+      else assert.equal(port, undefined);
+      for (const m of muts.filter((x) => x['append'] !== undefined)) assert.equal(at(m, 'append.append_action'), 'OVERWRITE_IF_EXISTS_OR_ADD');
       assert.ok(muts.some((m) => JSON.stringify(m) === JSON.stringify({ remove_on_match: { key_matcher: { prefix: 'x-envoy-' } } })));
       assert.ok(muts.some((m) => JSON.stringify(m) === JSON.stringify({ remove: 'expect' })), 'a client expectation never reaches an upstream');
+      // Upstreams: exactly the decided address as X-Forwarded-For; the port marker never leaves Envoy.
+      const vhost = at(hcm, 'route_config.virtual_hosts[0]') as Obj;
+      assert.deepEqual(vhost['request_headers_to_add'], [{ header: { key: 'x-forwarded-for', value: `%REQ(${CLIENT_IP_HEADER})%` }, append_action: 'OVERWRITE_IF_EXISTS_OR_ADD' }]);
+      assert.deepEqual(vhost['request_headers_to_remove'], [CLIENT_PORT_HEADER]);
     });
+
+    if (variant.env['XFF_NUM_TRUSTED_HOPS'] !== undefined) {
+      test('XFF guard: a request that sent X-Forwarded-For but got the peer\'s port, or a zone id, is denied and mapped to 400 bad_request', () => {
+        const rbac = filterNamed(FILTER.xffGuard)['typed_config'] as Obj;
+        assert.equal(at(rbac, 'rules.action'), 'DENY');
+        const principals = at(rbac, `rules.policies.${XFF_POLICY}.principals`) as Obj[];
+        assert.deepEqual(principals[0], { and_ids: { ids: [
+          { header: { name: 'x-forwarded-for', present_match: true } },
+          { not_id: { header: { name: CLIENT_PORT_HEADER, string_match: { exact: '0' } } } },
+        ] } });
+        assert.deepEqual(principals[1], { header: { name: CLIENT_IP_HEADER, string_match: { contains: '%' } } });
+        const first = (hcmOf(r.bootstrap)['local_reply_config'] as { mappers: Obj[] }).mappers[0]!;
+        assert.match(JSON.stringify(first['filter']), new RegExp(`rbac_access_denied_matched_policy\\[${XFF_POLICY}\\]`));
+        assert.equal(first['status_code'], 400);
+        assert.deepEqual(at(first, 'body_format_override.json_format'), { error: BAD_REQUEST_CODE, message: xffMessage(r.config.xffNumTrustedHops) });
+      });
+    }
 
     test('HCM hardening: request ids, path normalization, escaped slashes rejected, timeouts', () => {
       const hcm = hcmOf(r.bootstrap);
@@ -174,9 +206,10 @@ for (const [name, variant] of Object.entries(VARIANTS)) {
     });
 
     test('ext_authz: gRPC to the authz cluster, fail closed with 503, raw body bytes, explicit timeout', () => {
-      const az = httpFilters(r.bootstrap)[2]!['typed_config'] as Obj;
+      const az = filterNamed(FILTER.extAuthz)['typed_config'] as Obj;
       assert.equal(at(az, 'grpc_service.envoy_grpc.cluster_name'), CLUSTER.authz);
-      assert.equal(at(az, 'grpc_service.timeout'), duration(r.opts.authzTimeoutMs ?? 1000));
+      assert.equal(at(az, 'grpc_service.timeout'), duration(r.config.authzTimeoutMs));
+      assert.equal(r.config.authzTimeoutMs, Number(variant.env['AUTHZ_TIMEOUT_MS'] ?? 1000), 'AUTHZ_TIMEOUT_MS, default 1000');
       assert.equal(az['transport_api_version'], 'V3');
       assert.equal(az['failure_mode_allow'], false);
       assert.deepEqual(az['status_on_error'], { code: 'ServiceUnavailable' });
@@ -185,7 +218,7 @@ for (const [name, variant] of Object.entries(VARIANTS)) {
     });
 
     test('ext_authz allowed_headers follows the allowedHeaders option', () => {
-      const az = httpFilters(r.bootstrap)[2]!['typed_config'] as Obj;
+      const az = filterNamed(FILTER.extAuthz)['typed_config'] as Obj;
       if ((r.opts.allowedHeaders ?? 'minimal') === 'all') {
         assert.equal(az['allowed_headers'], undefined);
       } else {
@@ -193,12 +226,21 @@ for (const [name, variant] of Object.entries(VARIANTS)) {
       }
     });
 
-    test('ingest route: exact POST path to market, authz gets up to INGEST_MAX_BYTES of raw body', () => {
+    test('ingest route: exact POST path to market, a header phase without the body first, then authz gets up to INGEST_MAX_BYTES of raw body', () => {
       const ingest = routeNamed(r.bootstrap, ROUTE.ingest);
       assert.deepEqual(ingest['match'], { path: '/internal/ingest/market', headers: [{ name: ':method', string_match: { exact: 'POST' } }] });
       assert.equal(at(ingest, 'route.cluster'), CLUSTER.market);
       assert.deepEqual(at(perFilter(ingest, FILTER.extAuthz), 'check_settings.with_request_body'),
         { max_request_bytes: r.config.ingestMaxBytes, allow_partial_message: false, pack_as_bytes: true });
+      assert.deepEqual(at(perFilter(ingest, FILTER.ingestHeaders), 'check_settings'),
+        { disable_request_body_buffering: true, context_extensions: { route: 'ingest', [CONTEXT_EXTENSION.phase]: HEADER_PHASE } });
+      const phase = filterNamed(FILTER.ingestHeaders);
+      assert.equal(phase['disabled'], true, 'off everywhere but the ingest route');
+      assert.equal((phase['typed_config'] as Obj)['with_request_body'], undefined, 'never waits for a body');
+      assert.equal(at(phase, 'typed_config.failure_mode_allow'), false);
+      assert.deepEqual(at(phase, 'typed_config.status_on_error'), { code: 'ServiceUnavailable' });
+      const withPhase = routesOf(r.bootstrap).filter((x) => findKeys(x, FILTER.ingestHeaders).length > 0).map((x) => x['name']);
+      assert.deepEqual(withPhase, [ROUTE.ingest]);
     });
 
     test('/v1/orders with any other method: Envoy answers 405 with allow: POST, after the POST route and before the catch-all', () => {
@@ -238,7 +280,7 @@ for (const [name, variant] of Object.entries(VARIANTS)) {
     });
 
     test('the order-body Lua filter is disabled in the chain and enabled on the orders route only', () => {
-      const lua = httpFilters(r.bootstrap)[3]!;
+      const lua = filterNamed(FILTER.lua);
       assert.equal(lua['disabled'], true);
       const source = String(at(lua, `typed_config.source_codes.${ORDER_BODY_LUA}.inline_string`));
       assert.ok(source.includes(ORDER_BODY_FAILURE), 'the fail-closed reply is the CONTRACT JSON');
@@ -260,7 +302,10 @@ for (const [name, variant] of Object.entries(VARIANTS)) {
     });
 
     test('local replies: denials pass through first, then UAEX → 503, every other body is CONTRACT JSON', () => {
-      const lr = hcmOf(r.bootstrap)['local_reply_config'] as { mappers: Obj[]; body_format: Obj };
+      const all = hcmOf(r.bootstrap)['local_reply_config'] as { mappers: Obj[]; body_format: Obj };
+      // The XFF guard's mapper (trusted hops only) comes first; its own test checks it.
+      const lr = { ...all, mappers: all.mappers.filter((m) => !JSON.stringify(m['filter']).includes('rbac_access_denied')) };
+      assert.equal(all.mappers.length - lr.mappers.length, r.config.xffNumTrustedHops > 0 ? 1 : 0);
       const first = lr.mappers[0]!;
       assert.match(JSON.stringify(first['filter']), /response\.code_details == 'ext_authz_denied'/);
       assert.equal(at(first, 'body_format_override.text_format_source.inline_string'), '%LOCAL_REPLY_BODY%');
@@ -319,7 +364,15 @@ for (const [name, variant] of Object.entries(VARIANTS)) {
         const b = r.config.orderBackend!;
         const c = clusterNamed(r.bootstrap, CLUSTER.orderBackend)!;
         const ipHost = /^[0-9.]+$|:/.test(b.host);
-        assert.equal(c['type'], ipHost ? 'STATIC' : 'LOGICAL_DNS');
+        if (ipHost) assert.equal(c['type'], 'STATIC');
+        else {
+          // LOGICAL DNS (one endpoint for every address), re-resolved every second.
+          assert.equal(c['type'], undefined);
+          assert.deepEqual(at(c, 'cluster_type.typed_config'), {
+            '@type': 'type.googleapis.com/envoy.extensions.clusters.dns.v3.DnsCluster',
+            all_addresses_in_single_endpoint: true, dns_lookup_family: 'V4_PREFERRED', dns_refresh_rate: '1s',
+          });
+        }
         const tls = at(c, 'transport_socket.typed_config') as Obj;
         const ipSan = /^[0-9.]+$|:/.test(b.san);
         assert.equal(tls['sni'], ipSan ? (ipHost ? undefined : b.host) : b.san);
@@ -468,7 +521,7 @@ describe('live Envoy 1.40 with the rendered config', { skip: envoyAvailable ? fa
     const start = async (name: string, extra: Env): Promise<LiveEnvoy> => {
       const dir = join(work.dir, name);
       spawnSync('mkdir', ['-p', dir]);
-      const r = renderVariant({ env: { ...env, ...extra }, opts: { authzTimeoutMs: 300, accessLogPath: join(dir, 'access.log') } }, dir);
+      const r = renderVariant({ env: { AUTHZ_TIMEOUT_MS: '300', ...env, ...extra }, opts: { accessLogPath: join(dir, 'access.log') } }, dir);
       return startEnvoy(r.file, dir);
     };
     envoy = await start('live', { ...backendEnv(`https://127.0.0.1:${backend.port}`, 'orders.test') });

@@ -9,12 +9,14 @@ import { connect } from 'node:net';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { Registry } from 'prom-client';
 import type { Redis } from 'ioredis';
-import { createRedis } from '../../src/adapters/redis.ts';
-import { createLogger } from '../../src/log.ts';
-import { createMarketService, MAX_HEADER_BYTES, type MarketService } from '../../src/marketdata/http.ts';
-import { INVALIDATION_CHANNEL, MARKET_KEY_PREFIX, MARKET_MISS_CACHE_MAX_ENTRIES, RedisMarketStore } from '../../src/marketdata/redis-store.ts';
-import { MemoryMarketStore, type MarketStore } from '../../src/marketdata/store.ts';
-import { validateDocument, type MarketDocument } from '../../src/feed/schema.ts';
+import { createRedis } from '../../src/shared/adapters/redis.ts';
+import { createLogger } from '../../src/shared/log.ts';
+import { createMarketService, MAX_HEADER_BYTES, type MarketService } from '../../src/market/http.ts';
+import {
+  INVALIDATION_CHANNEL, MARKET_KEY_PREFIX, MARKET_MISS_CACHE_MAX_ENTRIES, PAGE_CACHE_MAX_BYTES, PAGE_CACHE_MAX_ENTRIES, RedisMarketStore,
+} from '../../src/market/redis-store.ts';
+import { MemoryMarketStore, type MarketStore } from '../../src/market/store.ts';
+import { validateDocument, type MarketDocument } from '../../src/shared/feed/schema.ts';
 import { PrivateRedis } from '../redis-server.ts';
 import { envelopeFor, marketDoc, newFeedKey } from '../helpers.ts';
 
@@ -39,6 +41,10 @@ async function startService(url: string, cacheTtlMs = 2000): Promise<Svc> {
     readiness: () => ({ authz: true, geoip: true, store: store.ready() }), isSealed: () => false, host: '127.0.0.1', port: 0,
   });
   const port = await svc.listen();
+  // The caches switch on once the invalidation subscription has taken effect (bounded wait: a
+  // busy machine can take longer than the few ms this usually needs).
+  for (const end = Date.now() + 5_000; !store.caching && Date.now() < end;) await sleep(10);
+  assert.ok(store.caching, 'the store subscribed to invalidations within 5 s');
   return { store, svc, base: `http://127.0.0.1:${port}`, redis };
 }
 
@@ -122,18 +128,73 @@ describe('market service on Redis', () => {
   });
 
   test('lookups of unknown markets (client-chosen ids) are cached within their own bound and never push out real markets', async () => {
-    await a.store.put(doc('0xreal', 1), env(marketDoc('0xreal', 1)));
-    await sleep(20);
-    assert.equal((await a.store.get('0xreal'))?.closed, false);
-    const store = a.store as RedisMarketStore;
-    const extra = 500;
-    const ids = Array.from({ length: MARKET_MISS_CACHE_MAX_ENTRIES + extra }, (_, i) => `0xnone${i}`);
-    for (let i = 0; i < ids.length; i += 1000) await Promise.all(ids.slice(i, i + 1000).map((id) => store.get(id)));
-    assert.deepEqual(store.cachedLookups, { markets: 1, misses: MARKET_MISS_CACHE_MAX_ENTRIES });
-    // The oldest misses were dropped, the newest are answered from memory, and the real market is still a hit.
-    assert.ok(store.get(ids[0]!) instanceof Promise, 'the oldest miss was dropped');
-    assert.equal(store.get(ids.at(-1)!), undefined, 'the newest miss is a synchronous hit');
-    assert.equal((store.get('0xreal') as { closed: boolean }).closed, false, 'the real market is still cached');
+    // A TTL longer than the test, so the entry bound (not expiry) is what drops entries.
+    const c = await startService(redisProc.url, 600_000);
+    try {
+      await sleep(50);
+      await a.store.put(doc('0xreal', 1), env(marketDoc('0xreal', 1)));
+      await sleep(20);
+      assert.equal((await c.store.get('0xreal'))?.closed, false);
+      const store = c.store as RedisMarketStore;
+      const extra = 500;
+      const ids = Array.from({ length: MARKET_MISS_CACHE_MAX_ENTRIES + extra }, (_, i) => `0xnone${i}`);
+      for (let i = 0; i < ids.length; i += 1000) await Promise.all(ids.slice(i, i + 1000).map((id) => store.get(id)));
+      assert.deepEqual(store.cachedLookups, { markets: 1, misses: MARKET_MISS_CACHE_MAX_ENTRIES });
+      // The oldest misses were dropped, the newest are answered from memory, and the real market is still a hit.
+      assert.ok(store.get(ids[0]!) instanceof Promise, 'the oldest miss was dropped');
+      assert.equal(store.get(ids.at(-1)!), undefined, 'the newest miss is a synchronous hit');
+      assert.equal((store.get('0xreal') as { closed: boolean }).closed, false, 'the real market is still cached');
+    } finally {
+      await stopService(c);
+    }
+  });
+
+  test('expired lookups are evicted: after the TTL a flood of unknown ids leaves only its own recent entries', async () => {
+    const c = await startService(redisProc.url, 100);
+    try {
+      await sleep(50);
+      const store = c.store as RedisMarketStore;
+      await Promise.all(Array.from({ length: 2_000 }, (_, i) => store.get(`0xold${i}`)));
+      assert.equal(store.cachedLookups.misses, 2_000);
+      await sleep(150);
+      await store.get('0xfresh');
+      assert.deepEqual(store.cachedLookups, { markets: 0, misses: 1 }, 'the expired entries were dropped by the next insert');
+    } finally {
+      await stopService(c);
+    }
+  });
+
+  test('page cache under 100,000 distinct client-chosen queries stays within its entry and byte bounds', async () => {
+    // The attack: GET /v1/markets?conditionId=<known>,<unknown-i>, each a distinct page-cache key
+    // holding its own copy of the known market. A TTL longer than the test, so only the bounds act.
+    const c = await startService(redisProc.url, 600_000);
+    try {
+      await sleep(50);
+      await a.store.put(doc('0xpc-flood', 1), env(marketDoc('0xpc-flood', 1, { question: 'q'.repeat(2_000) })));
+      await sleep(20);
+      const store = c.store as RedisMarketStore;
+      let maxEntries = 0;
+      let maxBytes = 0;
+      // 200 reads in flight at a time: each is a Redis script, and a thousand queued at once can
+      // outlast the 250 ms command timeout on a busy machine (this tests bounds, not speed).
+      for (let i = 0; i < 100_000; i += 200) {
+        const pages = await Promise.all(Array.from({ length: 200 }, (_, j) => store.page({ limit: 100, ids: ['0xpc-flood', `0xpc-none-${i + j}`] })));
+        assert.equal(pages[0]?.markets[0]?.conditionId, '0xpc-flood');
+        maxEntries = Math.max(maxEntries, store.cachedPages.entries);
+        maxBytes = Math.max(maxBytes, store.cachedPages.bytes);
+      }
+      assert.ok(maxEntries <= PAGE_CACHE_MAX_ENTRIES, `entries ${maxEntries} ≤ ${PAGE_CACHE_MAX_ENTRIES}`);
+      assert.ok(maxBytes <= PAGE_CACHE_MAX_BYTES, `bytes ${maxBytes} ≤ ${PAGE_CACHE_MAX_BYTES}`);
+      // The bound was reached (so the flood did fill it), and the newest page is still a hit.
+      assert.ok(maxEntries === PAGE_CACHE_MAX_ENTRIES || maxBytes > PAGE_CACHE_MAX_BYTES / 2, `filled: ${maxEntries} entries, ${maxBytes} bytes`);
+      const last = { limit: 100, ids: ['0xpc-flood', `0xpc-none-${99_999}`] };
+      const scriptCalls = async (): Promise<number> => Number(/cmdstat_evalsha:calls=(\d+)/.exec(await a.redis.info('commandstats'))?.[1] ?? 0);
+      const before = await scriptCalls();
+      await store.page(last);
+      assert.equal(await scriptCalls(), before, 'the newest page is answered from memory');
+    } finally {
+      await stopService(c);
+    }
   });
 
   test('page cache: a repeated read comes from memory; an invalidation (pub/sub from any replica, or a local write) drops it at once', async () => {
@@ -279,13 +340,30 @@ describe('market service on Redis', () => {
       assert.equal(r.status, status, `${method} ${path}`);
       const json = (await r.json()) as { error?: string; message?: string };
       if (code !== '') assert.equal(json.error, code, `${method} ${path}`);
-      if (/__proto__|constructor/.test(path)) assert.match(String(json.message), /additional properties/, `${method} ${path}: ${json.message}`);
+      if (/__proto__|constructor|bogus/.test(path)) assert.match(String(json.message), /^unknown parameter "(__proto__|constructor|bogus)"$/, `${method} ${path}: ${json.message}`);
       assert.equal(r.headers.get('content-type'), 'application/json');
     }
     const big = await fetch(`${a.base}/internal/ingest/market`, { method: 'POST', body: 'x'.repeat(1_048_577) });
     assert.equal(big.status, 413);
     const nj = await post(a.base, '{nope');
     assert.deepEqual([nj.status, nj.json['error']], [400, 'invalid_json']);
+  });
+
+  test('a client-chosen parameter name is echoed at most 64 characters long, quoted and escaped', async () => {
+    const long = 'n'.repeat(10_000);
+    const r1 = await fetch(`${a.base}/v1/markets?${long}=1`);
+    const m1 = ((await r1.json()) as { message: string }).message;
+    assert.equal(r1.status, 400);
+    assert.equal(m1, `unknown parameter "${'n'.repeat(64)}…"`);
+    // A quote, a line break, a C1 control and U+2028 in the name: none reaches the message raw.
+    const nasty = encodeURIComponent('a"b\nc\u0085d\u2028e');
+    for (const path of [`/v1/markets?${nasty}=1`, `/v1/markets?limit=1&${nasty}=1&${nasty}=2`]) {
+      const r = await fetch(`${a.base}${path}`);
+      const text = await r.text();
+      assert.equal(r.status, 400, path);
+      assert.doesNotMatch(text, /[\n\u0085\u2028]/, `${path}: ${text}`);
+      assert.match((JSON.parse(text) as { message: string }).message, /"a\\"b\\nc\\u0085d\\u2028e"/, path);
+    }
   });
 
   test('requests Node refuses to parse get Envoy\'s answers (bad_request, 431), never a query error; headers up to Envoy\'s 60 KiB are served', async () => {

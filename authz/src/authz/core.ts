@@ -1,0 +1,121 @@
+/**
+ * The authorization core: pipeline deps + gRPC server + seal, from injected ports.
+ * No I/O of its own beyond the gRPC socket; main.ts/app.ts provide the adapters.
+ */
+import type { Config } from '../shared/config.ts';
+import type { Credentials } from '../shared/credentials.ts';
+import { geoDenial } from './decision.ts';
+import type { AuthzInput } from './codec/request.ts';
+import { createGrpcServer, type AuthzGrpcServer } from './grpc-server.ts';
+import { nonceTag, type Logger } from '../shared/log.ts';
+import { ReplicaWaitError } from '../shared/adapters/replica-wait.ts';
+import type { AuthzMetrics } from '../shared/metrics.ts';
+import { evaluate, routeLabel, type PipelineDeps } from './pipeline.ts';
+import type { Clock, GeoLookup, MarketLookup, NonceStore } from '../shared/ports.ts';
+import { createSealState, type SealState } from '../shared/seal.ts';
+import { createGeoClassifier } from './stages/geo.ts';
+import type { GrpcServiceRegistration } from '../ratelimit/service.ts';
+
+export interface AuthzCoreDeps {
+  readonly config: Config;
+  readonly credentials: Credentials;
+  readonly geo: GeoLookup;
+  readonly nonces: NonceStore;
+  readonly markets: MarketLookup;
+  readonly clock: Clock;
+  readonly logger: Logger;
+  readonly metrics: AuthzMetrics;
+  /** The process's seal state (shared with the market service); a fresh one when omitted. */
+  readonly sealState?: SealState;
+  /** Services the gRPC server serves beside Check (the global rate limit's RateLimitService). */
+  readonly grpcServices?: readonly GrpcServiceRegistration[];
+}
+
+export interface AuthzCore {
+  readonly grpc: AuthzGrpcServer;
+  readonly credentials: Credentials;
+  readonly pipeline: PipelineDeps;
+  /** The Prometheus text of this core's registry. */
+  metricsText(): Promise<string>;
+  /**
+   * Sets the seal state, zeroes every credential buffer, denies every Check with 503 sealed,
+   * health → NOT_SERVING. True the first time; later calls do nothing and return false.
+   */
+  seal(reason: string): boolean;
+}
+
+export function createAuthzCore(deps: AuthzCoreDeps): AuthzCore {
+  const { config, credentials, logger, metrics } = deps;
+  const sealState = deps.sealState ?? createSealState();
+  const classifyGeoRaw = createGeoClassifier(config, deps.geo);
+  const pipeline: PipelineDeps = {
+    classifyGeo: (ip) => {
+      const v = classifyGeoRaw(ip);
+      metrics.geoVerdict(v);
+      return v;
+    },
+    geoDenial: geoDenial(config.geoNotice, config.geoBlockedByUrl),
+    ingest: {
+      hmacKeys: credentials.hmac,
+      feedKeys: credentials.feedKeys,
+      nonces: deps.nonces,
+      clock: deps.clock,
+      replayWindowSecs: config.replayWindowSecs,
+      nonceTtlSecs: config.nonceTtlSecs,
+      onStoreError: (err) => {
+        if (err instanceof ReplicaWaitError) {
+          metrics.redisError('nonce_replica_wait');
+          logger.error({ err: String(err) }, 'nonce not confirmed by a replica: ingest denied 503');
+          return;
+        }
+        metrics.redisError('nonce_set');
+        logger.error({ err: String(err) }, 'nonce store unavailable: ingest denied 503');
+      },
+    },
+    order: {
+      markets: deps.markets,
+      clock: deps.clock,
+      orderMaxTtlSecs: config.orderMaxTtlSecs,
+      orderMaxSize: config.orderMaxSize,
+      orderPayloadMaxBytes: config.orderPayloadMaxBytes,
+      onStoreError: (err) => {
+        metrics.redisError('market_get');
+        logger.error({ err: String(err) }, 'market store unavailable: order denied 503');
+      },
+    },
+    isSealed: () => sealState.refuses(),
+  };
+
+  const grpc = createGrpcServer({
+    evaluate: (input: AuthzInput) => evaluate(input, pipeline),
+    observe: (input, d, startNs) => {
+      const route = routeLabel(input);
+      metrics.decision(route, d, Number(process.hrtime.bigint() - startNs) / 1e9);
+      // Decision log: denials of signed routes at info; geo/read denials are counted, logged at debug.
+      if (!d.allow && (route !== 'read' || logger.isLevelEnabled('debug'))) {
+        logger[route === 'read' ? 'debug' : 'info'](
+          { route, code: d.code, reason: d.reason, status: d.httpStatus, client: input.clientIp, requestId: input.requestId, nonceTag: nonceTag(input.nonce) },
+          'denied',
+        );
+      }
+    },
+    onError: (where, err) => logger.error({ where, err: String(err) }, 'unexpected error: failed closed'),
+    maxBodyBytes: Math.max(config.orderMaxBytes, config.ingestMaxBytes),
+    ...(deps.grpcServices === undefined ? {} : { services: deps.grpcServices }),
+  });
+
+  return {
+    grpc,
+    credentials,
+    pipeline,
+    metricsText: () => metrics.registry.metrics(),
+    seal(reason) {
+      if (!sealState.set()) return false;
+      credentials.zeroize();
+      grpc.setServing(false);
+      metrics.setSealed(true);
+      logger.warn({ reason }, 'sealed: credentials zeroed, every Check now denied 503 sealed');
+      return true;
+    },
+  };
+}

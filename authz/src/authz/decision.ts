@@ -1,0 +1,77 @@
+/**
+ * One result type for every stage: a Decision. Denials are built once (at start-up or on
+ * first use) and reused, so their wire encoding can be cached too (see authz/codec/response.ts).
+ */
+import { ERROR_MESSAGE, ERROR_STATUS, errorJson, type ErrorCode } from '../shared/errors.ts';
+
+export type Header = readonly [name: string, value: string];
+
+export interface Decision {
+  readonly allow: boolean;
+  /** 'ok' for an allow, else the API error code. */
+  readonly code: ErrorCode | 'ok';
+  /** HTTP status Envoy answers with on a denial (the number, 451 included). */
+  readonly httpStatus: number;
+  /** Short reason for logs and metrics; never contains secrets. */
+  readonly reason: string;
+  /** Headers of the denial response (or headers added upstream on an allow). */
+  readonly headers: readonly Header[];
+  /** Denial body (error JSON); empty on allow. */
+  readonly body: string;
+  /**
+   * String fields sent as CheckResponse.dynamic_metadata on an allow (Envoy stores them under
+   * `envoy.filters.http.ext_authz` for later filters; never sent upstream, never logged).
+   */
+  readonly metadata?: Readonly<Record<string, string>>;
+  /** Cache slot for the encoded CheckResponse (filled by authz/codec/response.ts). */
+  encoded?: Buffer;
+}
+
+const JSON_HEADERS: readonly Header[] = Object.freeze([
+  ['content-type', 'application/json'],
+  ['cache-control', 'no-store'],
+] as const);
+
+/** The allow decision (no headers added upstream). */
+export const ALLOW: Decision = { allow: true, code: 'ok', httpStatus: 200, reason: 'allowed', headers: [], body: '' };
+
+const denials = new Map<string, Decision>();
+
+/**
+ * A denial with the error body for `code`. Memoized by (code, message, field) so the
+ * same object (and its cached wire bytes) is reused for every identical denial.
+ */
+export function deny(code: ErrorCode, message: string = ERROR_MESSAGE[code], field?: string): Decision {
+  const key = `${code}\u0000${message}\u0000${field ?? ''}`;
+  let d = denials.get(key);
+  if (d === undefined) {
+    d = {
+      allow: false,
+      code,
+      httpStatus: ERROR_STATUS[code],
+      reason: field === undefined ? code : `${code}:${field}`,
+      headers: JSON_HEADERS,
+      body: errorJson(code, message, field),
+    };
+    // Bounded: messages and fields come from code, never from client input.
+    if (denials.size < 1024) denials.set(key, d);
+  }
+  return d;
+}
+
+/**
+ * The one uniform geo denial: 451, GEO_NOTICE, `Cache-Control: no-store` (451 is cacheable
+ * by default) and, when configured, `Link: <url>; rel="blocked-by"` (RFC 7725). Built once.
+ */
+export function geoDenial(notice: string, blockedByUrl: string | undefined): Decision {
+  const headers: Header[] = [...JSON_HEADERS];
+  if (blockedByUrl !== undefined) headers.push(['link', `<${blockedByUrl}>; rel="blocked-by"`]);
+  return {
+    allow: false,
+    code: 'restricted_jurisdiction',
+    httpStatus: 451,
+    reason: 'restricted_jurisdiction',
+    headers: Object.freeze(headers),
+    body: errorJson('restricted_jurisdiction', notice),
+  };
+}

@@ -1,0 +1,56 @@
+/**
+ * The decision pipeline. Every request: client address → geo → the route's policy.
+ * Stops at the first denial. Returns synchronously when no I/O is needed (geo-only reads,
+ * orders whose market is cached), so the common path allocates no Promise.
+ */
+import { classify, type RouteKind } from '../shared/contract.ts';
+import { ALLOW, deny, type Decision } from './decision.ts';
+import type { AuthzInput } from './codec/request.ts';
+import { geoDecision, type GeoVerdict } from './stages/geo.ts';
+import { checkIngestHeaders, ingestStage, type IngestDeps } from './stages/ingest.ts';
+import { orderStage, type OrderDeps } from './stages/order.ts';
+
+/** The metrics and decision-log label: the route, or the ingest's header phase. */
+export type RouteLabel = RouteKind | 'ingest_headers';
+
+/** The route of a Check: the one Envoy matched, else (a hand-made Check) by method and path. */
+export function routeOf(input: AuthzInput): RouteKind {
+  return input.route ?? classify(input.method, input.path);
+}
+
+/** The label a decision is counted and logged under. */
+export function routeLabel(input: AuthzInput, route: RouteKind = routeOf(input)): RouteLabel {
+  return route === 'ingest' && input.phase !== undefined ? 'ingest_headers' : route;
+}
+
+export interface PipelineDeps {
+  readonly classifyGeo: (ip: string) => GeoVerdict;
+  readonly geoDenial: Decision;
+  readonly ingest: IngestDeps;
+  readonly order: OrderDeps;
+  readonly isSealed: () => boolean;
+}
+
+export const SEALED = deny('sealed');
+
+/** Evaluates one request. Never throws for client input; callers still guard (fail closed). */
+export function evaluate(input: AuthzInput, deps: PipelineDeps): Decision | Promise<Decision> {
+  // 0. Sealed: nothing is allowed any more.
+  if (deps.isSealed()) return SEALED;
+  // 1. Client address (computed by Envoy; see authz/codec/request.ts) → 2. geo, on every route.
+  const verdict = deps.classifyGeo(input.clientIp);
+  const geoDenied = geoDecision(verdict, deps.geoDenial);
+  if (geoDenied !== undefined) return geoDenied;
+  // 3. The route's policy.
+  switch (routeOf(input)) {
+    case 'ingest':
+      // The header phase (no body yet): only what the headers decide; the body phase that
+      // follows runs the whole policy again, headers included.
+      if (input.phase !== undefined) return checkIngestHeaders(input, deps.ingest.replayWindowSecs, deps.ingest.clock.nowSecs()) ?? ALLOW;
+      return ingestStage(input, deps.ingest);
+    case 'order':
+      return orderStage(input.body, deps.order);
+    default:
+      return ALLOW;
+  }
+}

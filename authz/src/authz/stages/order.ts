@@ -1,0 +1,116 @@
+/**
+ * Order policy (docs/api.md "POST /v1/orders"): envelope fields → market → deadline → size.
+ * The payload is validated as strict base64 without decoding it: an allowed order hands the
+ * payload to Envoy as dynamic metadata, and the order-body Lua filter (envoy/order-body-lua.ts)
+ * decodes it into the request body after this Check.
+ */
+import { deny, type Decision, type Header } from '../decision.ts';
+import { compareDecimal } from '../../shared/feed/schema.ts';
+import type { Clock, MarketLookup, MarketMeta } from '../../shared/ports.ts';
+import { RE, strictBase64Length } from '../../shared/rules.ts';
+import { HEADER, ORDER_PAYLOAD_METADATA_KEY } from '../../shared/contract.ts';
+
+
+export interface OrderDeps {
+  readonly markets: MarketLookup;
+  readonly clock: Clock;
+  readonly orderMaxTtlSecs: number;
+  readonly orderMaxSize: string | undefined;
+  readonly orderPayloadMaxBytes: number;
+  readonly onStoreError?: (err: unknown) => void;
+}
+
+export interface OrderEnvelope {
+  readonly marketId: string;
+  readonly deadline: number;
+  readonly size: string;
+  readonly payload: string;
+}
+
+const BAD_JSON = deny('invalid_json');
+const F_MARKET = deny('invalid_order', 'marketId must be a market conditionId string', 'marketId');
+const F_DEADLINE = deny('invalid_order', 'deadline must be an integer (unix seconds)', 'deadline');
+const F_SIZE = deny('invalid_order', 'size must be a decimal string', 'size');
+const F_PAYLOAD = deny('invalid_order', 'payload must be strict standard base64', 'payload');
+const UNKNOWN = deny('unknown_market');
+const CLOSED = deny('market_closed');
+const EXPIRED = deny('deadline_expired');
+const TOO_FAR = deny('deadline_too_far');
+const SIZE_FORMAT = deny('invalid_size', 'size must be a positive decimal with at most 18 fractional digits');
+const SIZE_MIN = deny('invalid_size', 'size is below the market minimum');
+const SIZE_MAX = deny('invalid_size', 'size is above the market maximum');
+const SIZE_CAP = deny('invalid_size', 'size is above ORDER_MAX_SIZE');
+const STORE_DOWN = deny('service_unavailable', 'market store unavailable; the order was not accepted');
+
+/** Parses and shape-checks the envelope; returns it or a denial. */
+export function parseOrder(body: Buffer | undefined, payloadMax: number): OrderEnvelope | Decision {
+  if (body === undefined || body.length === 0) return BAD_JSON;
+  let v: unknown;
+  try {
+    v = JSON.parse(body.toString('utf8'));
+  } catch {
+    return BAD_JSON;
+  }
+  if (typeof v !== 'object' || v === null || Array.isArray(v)) return BAD_JSON;
+  const { marketId, deadline, size, payload } = v as Record<string, unknown>;
+  if (typeof marketId !== 'string' || !RE.conditionId.test(marketId)) return F_MARKET;
+  if (typeof deadline !== 'number' || !Number.isSafeInteger(deadline)) return F_DEADLINE;
+  if (typeof size !== 'string') return F_SIZE;
+  if (typeof payload !== 'string') return F_PAYLOAD;
+  const len = strictBase64Length(payload);
+  if (len < 1) return F_PAYLOAD;
+  if (len > payloadMax) return deny('invalid_order', `payload decodes to more than ${payloadMax} bytes`, 'payload');
+  return { marketId, deadline, size, payload };
+}
+
+
+/**
+ * The allow for one order: the docs/api.md "POST /v1/orders" headers for the backend (set by Envoy on the
+ * upstream request, overwriting any client value) and the payload for the Lua filter. Every
+ * value was checked by parseOrder/checkOrder, so no client CR/LF/NUL reaches a header.
+ */
+export function orderAllow(o: OrderEnvelope): Decision {
+  const headers: Header[] = [
+    ['content-type', 'application/octet-stream'],
+    [HEADER.marketId, o.marketId],
+    [HEADER.deadline, String(o.deadline)],
+    [HEADER.size, o.size],
+  ];
+  return { allow: true, code: 'ok', httpStatus: 200, reason: 'allowed', headers, body: '', metadata: { [ORDER_PAYLOAD_METADATA_KEY]: o.payload } };
+}
+
+/** Checks the envelope against the market record and the clock. */
+export function checkOrder(o: OrderEnvelope, m: MarketMeta | undefined, deps: OrderDeps, nowSecs: number): Decision {
+  if (m === undefined) return UNKNOWN;
+  if (!m.active || m.closed || (m.endTime !== undefined && m.endTime <= nowSecs)) return CLOSED;
+  if (o.deadline <= nowSecs) return EXPIRED;
+  if (o.deadline > nowSecs + deps.orderMaxTtlSecs) return TOO_FAR;
+  if (!RE.decimal.test(o.size) || compareDecimal(o.size, '0') <= 0) return SIZE_FORMAT;
+  if (m.minSize !== undefined && compareDecimal(o.size, m.minSize) < 0) return SIZE_MIN;
+  if (m.maxSize !== undefined && compareDecimal(o.size, m.maxSize) > 0) return SIZE_MAX;
+  if (deps.orderMaxSize !== undefined && compareDecimal(o.size, deps.orderMaxSize) > 0) return SIZE_CAP;
+  return orderAllow(o);
+}
+
+/** The whole order policy; synchronous when the market is in the cache. */
+export function orderStage(body: Buffer | undefined, deps: OrderDeps): Decision | Promise<Decision> {
+  const parsed = parseOrder(body, deps.orderPayloadMaxBytes);
+  if ('allow' in parsed) return parsed;
+  let market;
+  try {
+    market = deps.markets.get(parsed.marketId);
+  } catch (err) {
+    deps.onStoreError?.(err);
+    return STORE_DOWN;
+  }
+  if (market instanceof Promise) {
+    return market.then(
+      (m) => checkOrder(parsed, m, deps, deps.clock.nowSecs()),
+      (err: unknown) => {
+        deps.onStoreError?.(err);
+        return STORE_DOWN;
+      },
+    );
+  }
+  return checkOrder(parsed, market, deps, deps.clock.nowSecs());
+}

@@ -1,0 +1,330 @@
+/**
+ * The market HTTP service (MARKET_PORT, loopback by default). Envoy routes every non-order
+ * request here after ext_authz allowed it:
+ *   GET /  · GET /healthz · GET /v1/markets · GET /v1/quotes · POST /internal/ingest/market
+ * node:http (no framework: the handler is a switch over five paths); queries validated with
+ * ajv from the schemas in ./schemas.ts. Every error is error JSON.
+ */
+import { createHash, type KeyObject } from 'node:crypto';
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import { Ajv } from 'ajv';
+import { Counter, Gauge, type Registry } from 'prom-client';
+import { BAD_REQUEST_MESSAGE_BY_STATUS, ERROR_MESSAGE, errorJson, ERROR_STATUS, type ErrorCode } from '../shared/errors.ts';
+import { verifyIngestBody } from '../shared/feed/envelope.ts';
+import type { Logger } from '../shared/log.ts';
+import { MARKETS_QUERY_SCHEMA, QUOTES_QUERY_SCHEMA, ROOT_BODY, type ListQuery } from './schemas.ts';
+import { STORE_OUTCOME_UNKNOWN_MESSAGE, StoreOutcomeUnknownError, type MarketStore, type Page } from './store.ts';
+import { PATTERN, RE } from '../shared/rules.ts';
+import { PATHS } from '../shared/contract.ts';
+import { MARKET_INGEST_OUTCOMES, MARKET_REQUEST_STATUSES, zeroSeries } from '../shared/metrics.ts';
+
+export interface MarketServiceDeps {
+  readonly store: MarketStore;
+  readonly feedKeys: readonly KeyObject[];
+  readonly ingestMaxBytes: number;
+  readonly logger: Logger;
+  readonly registry: Registry;
+  readonly readiness: () => Record<string, boolean>;
+  readonly isSealed: () => boolean;
+  readonly host: string;
+  readonly port: number;
+}
+
+export interface MarketService {
+  readonly server: Server;
+  listen(): Promise<number>;
+  close(): Promise<void>;
+}
+
+const JSON_TYPE = 'application/json';
+/** Above Envoy's 60 KiB request-header limit plus what Envoy adds (forwarding headers, request id). */
+export const MAX_HEADER_BYTES = 80 * 1024;
+/** The market service's routes and their method (everything else: 404). */
+const ROUTES: Record<string, string> = {
+  [PATHS.root]: 'GET', [PATHS.healthz]: 'GET', [PATHS.markets]: 'GET', [PATHS.quotes]: 'GET', [PATHS.ingest]: 'POST',
+};
+
+/** The metrics label of a path: one of ROUTES, else `other` (never a client-chosen path). */
+function routeLabel(path: string): string {
+  return ROUTES[path] === undefined ? 'other' : path;
+}
+
+class HttpError extends Error {
+  readonly code: ErrorCode;
+  constructor(code: ErrorCode, message?: string) {
+    super(message ?? code);
+    this.code = code;
+  }
+}
+
+function send(res: ServerResponse, status: number, body: string, headers: Record<string, string> = {}): void {
+  res.writeHead(status, { 'content-type': JSON_TYPE, 'content-length': Buffer.byteLength(body), ...headers });
+  res.end(body);
+}
+
+function sendError(res: ServerResponse, code: ErrorCode, message?: string, headers: Record<string, string> = {}): void {
+  send(res, ERROR_STATUS[code], errorJson(code, message), { 'cache-control': 'no-store', ...headers });
+}
+
+/** Reads the body up to `max` bytes; throws HttpError(payload_too_large) beyond. */
+function readBody(req: IncomingMessage, max: number): Promise<Buffer> {
+  return new Promise((resolve, reject) => {
+    const declared = Number(req.headers['content-length'] ?? 0);
+    if (declared > max) {
+      req.resume();
+      reject(new HttpError('payload_too_large'));
+      return;
+    }
+    const chunks: Buffer[] = [];
+    let size = 0;
+    req.on('data', (c: Buffer) => {
+      size += c.length;
+      if (size > max) {
+        req.destroy();
+        reject(new HttpError('payload_too_large'));
+      } else chunks.push(c);
+    });
+    req.on('end', () => resolve(Buffer.concat(chunks)));
+    req.on('error', reject);
+  });
+}
+
+
+/** Longest part of a client-chosen parameter name an error message repeats. */
+export const SHOWN_NAME_MAX = 64;
+
+/**
+ * A client-chosen query parameter name as an error message shows it: at most SHOWN_NAME_MAX
+ * characters (then `…`), quoted, with quotes, backslashes and control characters escaped, so
+ * a client can neither make the answer large nor put a line break into a log that prints it.
+ */
+export function shownName(name: string): string {
+  const cut = name.length > SHOWN_NAME_MAX ? `${name.slice(0, SHOWN_NAME_MAX)}…` : name;
+  return JSON.stringify(cut).replace(/[\u007f-\u009f\u2028\u2029]/g, (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, '0')}`);
+}
+
+/** Opaque cursor: base64url of the last conditionId of the page. */
+export function encodeCursor(id: string): string {
+  return Buffer.from(id, 'utf8').toString('base64url');
+}
+
+export function decodeCursor(c: string): string | undefined {
+  const id = Buffer.from(c, 'base64url').toString('utf8');
+  return RE.conditionId.test(id) && encodeCursor(id) === c ? id : undefined;
+}
+
+export function createMarketService(deps: MarketServiceDeps): MarketService {
+  const ajv = new Ajv({ coerceTypes: true, allErrors: false, strict: true });
+  const validateMarkets = ajv.compile<ListQuery>(MARKETS_QUERY_SCHEMA);
+  const validateQuotes = ajv.compile<ListQuery>(QUOTES_QUERY_SCHEMA);
+  const requests = new Counter({
+    name: 'edge_market_requests_total', help: 'Market service responses by route and status',
+    labelNames: ['route', 'status'] as const, registers: [deps.registry],
+  });
+  zeroSeries(requests, Object.entries(MARKET_REQUEST_STATUSES).flatMap(([route, statuses]) => statuses.map((s) => [route, String(s)])));
+  // Collected at scrape time from the store's own counters; 0 for a store without a page cache
+  // (the in-memory development store), so the series exists whatever the store.
+  const store = deps.store;
+  new Gauge({
+    name: 'edge_market_page_cache_entries', help: 'Pages held by the in-process page cache (bounded by entries and bytes)',
+    registers: [deps.registry], collect() { this.set(store.cachedPages?.entries ?? 0); },
+  });
+  new Gauge({
+    name: 'edge_market_page_cache_bytes', help: 'Estimated bytes retained by the in-process page cache (its bound counts this)',
+    registers: [deps.registry], collect() { this.set(store.cachedPages?.bytes ?? 0); },
+  });
+  const ingests = new Counter({
+    name: 'edge_market_ingest_total', help: 'Ingest outcomes at the market service (stored, stale, store_error, outcome_unknown)',
+    labelNames: ['outcome'] as const, registers: [deps.registry],
+  });
+  zeroSeries(ingests, MARKET_INGEST_OUTCOMES.map((o) => [o]));
+
+  function parseQuery(url: URL, validate: typeof validateMarkets): { after?: string; limit: number; ids?: string[]; active?: boolean } {
+    // No prototype: `__proto__`, `constructor`, … are parameter names like any other (unknown ones).
+    const raw = Object.create(null) as Record<string, string>;
+    for (const [k, v] of url.searchParams) {
+      if (k in raw) throw new HttpError('invalid_query', `parameter ${shownName(k)} given twice`);
+      raw[k] = v;
+    }
+    // ajv's coercion would take `0x10`, `1e2`, `+5` or ` 5` as numbers: only plain decimals here.
+    if (raw['limit'] !== undefined && !/^[0-9]+$/.test(raw['limit'])) {
+      throw new HttpError('invalid_query', '/limit must be a decimal integer from 1 to 500');
+    }
+    if (!validate(raw)) {
+      const e = validate.errors?.[0];
+      const unknown = e?.params?.['additionalProperty'];
+      if (typeof unknown === 'string') throw new HttpError('invalid_query', `unknown parameter ${shownName(unknown)}`);
+      throw new HttpError('invalid_query', `${e?.instancePath || 'query'} ${e?.message ?? 'is invalid'}`);
+    }
+    const q = raw as unknown as ListQuery;
+    let after: string | undefined;
+    if (q.cursor !== undefined) {
+      after = decodeCursor(q.cursor);
+      if (after === undefined) throw new HttpError('invalid_query', 'cursor is not one this service issued');
+    }
+    const ids = q.conditionId === undefined ? undefined : q.conditionId.split(',');
+    if (ids !== undefined && (ids.length > 500 || ids.some((id) => !RE.conditionId.test(id)))) {
+      throw new HttpError('invalid_query', `conditionId must be a comma-separated list of up to 500 ids matching ${PATTERN.conditionId}`);
+    }
+    return {
+      limit: q.limit ?? 100,
+      ...(after === undefined ? {} : { after }),
+      ...(ids === undefined ? {} : { ids }),
+      ...(q.active === undefined ? {} : { active: q.active === 'true' }),
+    };
+  }
+
+  /** A rendered answer: its body and weak validator. */
+  interface Rendered { readonly body: string; readonly etag: string }
+  /**
+   * Answers rendered once per Page object: a page-cache hit returns the same Page, so the
+   * body join and the ETag hash are not redone per request (at most one entry per kind).
+   */
+  const rendered = new WeakMap<Page, { m?: Rendered; q?: Rendered }>();
+
+  function render(kind: 'm' | 'q', page: Page): Rendered {
+    let slot = rendered.get(page);
+    if (slot === undefined) {
+      slot = {};
+      rendered.set(page, slot);
+    }
+    const hit = slot[kind];
+    if (hit !== undefined) return hit;
+    const next = JSON.stringify(page.next === undefined ? null : encodeCursor(page.next));
+    const body = kind === 'm'
+      ? `{"markets":[${page.markets.map((m) => m.item).join(',')}],"nextCursor":${next}}`
+      : `{"quotes":[${page.markets.map((m) => m.quotes).filter((x) => x !== '').join(',')}],"nextCursor":${next}}`;
+    // Weak validator: kind, cursor and the (id, seq) list identify the body, since seq grows on every write.
+    const h = createHash('sha1').update(kind).update(next);
+    for (const m of page.markets) h.update(m.conditionId).update('\u0000').update(m.item.length.toString()).update(m.item.slice(-64));
+    const r = { body, etag: `W/"${h.digest('base64url')}"` };
+    slot[kind] = r;
+    return r;
+  }
+
+  function sendPage(req: IncomingMessage, res: ServerResponse, body: string, etag: string): void {
+    const headers = { etag, 'cache-control': 'public, max-age=1' };
+    if (req.headers['if-none-match'] === etag) {
+      res.writeHead(304, headers);
+      res.end();
+      return;
+    }
+    send(res, 200, body, headers);
+  }
+
+  async function handle(req: IncomingMessage, res: ServerResponse): Promise<string> {
+    const url = new URL(req.url ?? '/', 'http://market.local');
+    const path = url.pathname;
+    const method = ROUTES[path];
+    if (deps.isSealed()) {
+      sendError(res, 'sealed');
+      return routeLabel(path);
+    }
+    if (method === undefined) throw new HttpError('not_found');
+    if (req.method !== method && !(method === 'GET' && req.method === 'HEAD')) {
+      sendError(res, 'method_not_allowed', undefined, { allow: method === 'GET' ? 'GET, HEAD' : method });
+      return path;
+    }
+    switch (path) {
+      case PATHS.root:
+        send(res, 200, ROOT_BODY);
+        return path;
+      case PATHS.healthz: {
+        const checks = deps.readiness();
+        const ok = Object.values(checks).every(Boolean);
+        send(res, ok ? 200 : 503, ok ? '{"status":"ok"}' : JSON.stringify({ status: 'unavailable', checks }), { 'cache-control': 'no-store' });
+        return path;
+      }
+      case PATHS.markets: {
+        const q = parseQuery(url, validateMarkets);
+        const { body, etag } = render('m', await deps.store.page(q));
+        sendPage(req, res, body, etag);
+        return path;
+      }
+      case PATHS.quotes: {
+        const q = parseQuery(url, validateQuotes);
+        const { body, etag } = render('q', await deps.store.page(q));
+        sendPage(req, res, body, etag);
+        return path;
+      }
+      default: {
+        // POST PATHS.ingest — Envoy's ext_authz already verified HMAC, nonce and the envelope.
+        const raw = await readBody(req, deps.ingestMaxBytes);
+        // Defence in depth: the store never holds content the feed key did not sign.
+        const v = verifyIngestBody(raw, deps.feedKeys);
+        if (!v.ok) throw new HttpError(v.code, v.message);
+        const { conditionId, envelope, document } = v;
+        let result;
+        try {
+          result = await deps.store.put(document, envelope);
+        } catch (err) {
+          if (err instanceof StoreOutcomeUnknownError) {
+            ingests.labels('outcome_unknown').inc();
+            deps.logger.error({ err: String(err), conditionId }, 'market store did not confirm the write: outcome unknown');
+            throw new HttpError('backend_timeout', STORE_OUTCOME_UNKNOWN_MESSAGE);
+          }
+          ingests.labels('store_error').inc();
+          deps.logger.error({ err: String(err), conditionId }, 'market store unavailable: ingest not stored');
+          throw new HttpError('service_unavailable', 'market store unavailable; nothing was stored');
+        }
+        ingests.labels(result).inc();
+        if (result === 'stale') throw new HttpError('stale_document');
+        deps.logger.info({ conditionId, seq: document.seq }, 'market stored');
+        send(res, 200, JSON.stringify({ status: 'stored', conditionId, seq: document.seq }), { 'cache-control': 'no-store' });
+        return path;
+      }
+    }
+  }
+
+  // maxHeaderSize above Envoy's limit (max_request_headers_kb, 60 KiB, plus the headers Envoy
+  // adds), so whatever Envoy lets through is parsed here too; Node's default is 16 KiB.
+  const server = createServer({ keepAliveTimeout: 5000, maxHeaderSize: MAX_HEADER_BYTES }, (req, res) => {
+    handle(req, res).then(
+      (route) => requests.labels(route, String(res.statusCode)).inc(),
+      (err: unknown) => {
+        if (err instanceof HttpError) {
+          if (!res.headersSent) sendError(res, err.code, err.message === err.code ? undefined : err.message);
+        } else {
+          // A store read failed (Redis down) or something unexpected: fail closed, never crash.
+          deps.logger.error({ err: String(err), path: req.url?.split('?')[0] }, 'market request failed');
+          if (!res.headersSent) sendError(res, 'service_unavailable', 'market store unavailable');
+        }
+        requests.labels(routeLabel(new URL(req.url ?? '/', 'http://market.local').pathname), String(res.statusCode)).inc();
+      },
+    );
+  });
+  // An `Expect` other than 100-continue: served like any request (RFC 9110 allows ignoring it;
+  // Node's default is a 417 with no body). Envoy removes the header before it gets here anyway.
+  server.on('checkExpectation', (req, res) => server.emit('request', req, res));
+  server.on('clientError', (err: NodeJS.ErrnoException, socket) => {
+    // Requests Node's parser refuses (an unknown method Envoy passed on over HTTP/2, headers over
+    // maxHeaderSize, …): the same answers Envoy gives such requests itself, never a query error.
+    if (!socket.writable) return;
+    const [status, reason, message] = err.code === 'HPE_HEADER_OVERFLOW'
+      ? [431, 'Request Header Fields Too Large', BAD_REQUEST_MESSAGE_BY_STATUS[431]]
+      : err.code === 'ERR_HTTP_REQUEST_TIMEOUT'
+        ? [408, 'Request Timeout', BAD_REQUEST_MESSAGE_BY_STATUS[408]]
+        : [400, 'Bad Request', ERROR_MESSAGE.bad_request];
+    socket.end(`HTTP/1.1 ${status} ${reason}\r\ncontent-type: application/json\r\nconnection: close\r\n\r\n${errorJson('bad_request', message)}`);
+  });
+
+  return {
+    server,
+    listen() {
+      return new Promise((resolve, reject) => {
+        server.once('error', reject);
+        server.listen(deps.port, deps.host, () => {
+          const a = server.address();
+          resolve(typeof a === 'object' && a !== null ? a.port : deps.port);
+        });
+      });
+    },
+    close() {
+      return new Promise((resolve) => {
+        server.closeIdleConnections();
+        server.close(() => resolve());
+        setTimeout(() => server.closeAllConnections(), 1000).unref();
+      });
+    },
+  };
+}

@@ -1,0 +1,447 @@
+/**
+ * Redis market store with an in-process cache shared by reads and order checks.
+ *
+ * Keys (all prefixed `edge:market`):
+ *   edge:market:<conditionId>   hash {seq, item, quotes, wid (id of the write that stored it)}
+ *   edge:markets                sorted set, score 0, member conditionId (lexicographic order)
+ *   edge:markets:active:1|0     the same, split by the document's `active` field
+ *   channel edge:market:inv     conditionId published on every write
+ *
+ * Writes are one Lua script: compare seq, write the hash, move the id between index sets and
+ * publish the invalidation — atomic, so concurrent ingests on any replica never lose an update.
+ * A write carries a deadline in Redis's clock and is refused after it, so an ingest whose reply
+ * was lost can ask Redis afterwards what happened and answer truthfully (see `put`).
+ * With REDIS_MIN_REPLICAS ≥ 1 writes run on a connection of their own and are answered only
+ * once replicas confirmed them (shared/adapters/replica-wait.ts), so a Sentinel failover cannot
+ * lose a record the ingest was answered 200 for.
+ * Reads of a page are one Lua script (ids by ZRANGE BYLEX + their items): one round trip,
+ * O(log N + limit). (The scripts touch keys they compute, so they need a non-cluster Redis or
+ * Sentinel; see docs/market-data.md.)
+ *
+ * Cache: `get()` (order checks) and `page()` (reads) answer from memory while an entry is
+ * younger than MARKET_CACHE_TTL_MS. An invalidation message drops the market's entry and every
+ * cached page at once (any write may change any page), a local write does the same before it
+ * is acknowledged, and a reconnect of the subscriber drops everything. A read that was in
+ * flight when an invalidation arrived is answered but not cached (a generation counter), so
+ * the cache never holds data older than the last invalidation it saw. Concurrent misses for
+ * one market or one page share one round trip; an invalidation also drops those in flight, so
+ * a later caller never joins a read that may have seen the old value. Two replicas disagree
+ * for at most the pub/sub delay, and never longer than the TTL even if a message is lost.
+ * Nothing is cached while the subscriber is not subscribed.
+ */
+import { randomUUID } from 'node:crypto';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { ReplyError, type Redis } from 'ioredis';
+import { neverSent, RedisClock, REDIS_COMMAND_TIMEOUT_MS } from '../shared/adapters/redis.ts';
+import type { ReplicaWait } from '../shared/adapters/replica-wait.ts';
+import type { Envelope } from '../shared/feed/envelope.ts';
+import type { MarketDocument } from '../shared/feed/schema.ts';
+import type { MarketMeta } from '../shared/ports.ts';
+import {
+  encodeMarket, metaOfItem, pageOfIds, StoreOutcomeUnknownError, StoreUnavailableError,
+  type MarketStore, type Page, type PageItem, type PageQuery, type PutResult,
+} from './store.ts';
+import { TtlCache } from './ttl-cache.ts';
+
+export const MARKET_KEY_PREFIX = 'edge:market:';
+export const INDEX_KEY = 'edge:markets';
+export const ACTIVE_INDEX = (active: boolean): string => `edge:markets:active:${active ? 1 : 0}`;
+export const INVALIDATION_CHANNEL = 'edge:market:inv';
+
+// Redis's clock in ms, as both write scripts compare it with a write's deadline.
+const NOW_MS = `local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)`;
+
+// Both scripts answer with the same codes: 1 = this write is stored, 0 = an equal or newer seq
+// is stored (409), -1 = not stored and never will be; RESOLVE adds -2 = ask again later.
+// PUT: ARGV[6] = deadline, ms in Redis's clock: a write that reaches Redis later than that is
+// refused, so a write the client already gave up on cannot land afterwards.
+// ARGV[7] = write id, random per write, so the write can be recognised afterwards.
+const PUT_SCRIPT = `
+${NOW_MS}
+if now > tonumber(ARGV[6]) then return -1 end
+local cur = redis.call('HGET', KEYS[1], 'seq')
+if cur and tonumber(cur) >= tonumber(ARGV[1]) then return 0 end
+redis.call('HSET', KEYS[1], 'seq', ARGV[1], 'item', ARGV[2], 'quotes', ARGV[3], 'wid', ARGV[7])
+redis.call('ZADD', KEYS[2], 0, ARGV[4])
+redis.call('ZADD', KEYS[3], 0, ARGV[4])
+redis.call('ZREM', KEYS[4], ARGV[4])
+redis.call('PUBLISH', ARGV[5], ARGV[4])
+return 1
+`;
+
+// RESOLVE, after a write whose reply never came: once Redis's clock is past the write's deadline
+// the write can no longer land, so what is stored now is final (-2 until then).
+// KEYS[1] = market key; ARGV = deadline, seq, write id
+const RESOLVE_SCRIPT = `
+${NOW_MS}
+if now <= tonumber(ARGV[1]) then return -2 end
+local v = redis.call('HMGET', KEYS[1], 'seq', 'wid')
+if not v[1] or tonumber(v[1]) < tonumber(ARGV[2]) then return -1 end
+if v[2] == ARGV[3] then return 1 end
+return 0
+`;
+
+// KEYS[1] = index set; ARGV[1] = exclusive start ('-' or '(' .. id); ARGV[2] = count; ARGV[3] = key prefix
+const PAGE_SCRIPT = `
+local ids = redis.call('ZRANGE', KEYS[1], ARGV[1], '+', 'BYLEX', 'LIMIT', 0, tonumber(ARGV[2]))
+local out = {}
+for i, id in ipairs(ids) do
+  local v = redis.call('HMGET', ARGV[3] .. id, 'item', 'quotes')
+  out[#out + 1] = id
+  out[#out + 1] = v[1] or false
+  out[#out + 1] = v[2] or false
+end
+return out
+`;
+
+// ARGV = key prefix, ids…
+const MGET_SCRIPT = `
+local out = {}
+for i = 2, #ARGV do
+  local v = redis.call('HMGET', ARGV[1] .. ARGV[i], 'item', 'quotes')
+  out[#out + 1] = ARGV[i]
+  out[#out + 1] = v[1] or false
+  out[#out + 1] = v[2] or false
+end
+return out
+`;
+
+type Row = string | null;
+
+/**
+ * Joins the read of `key` already in `inflight`, else starts one with `start` and registers it
+ * until it settles. An invalidation that drops or replaces the entry first is left alone.
+ */
+function shareInFlight<T>(inflight: Map<string, Promise<T>>, key: string, start: () => Promise<T>): Promise<T> {
+  const joined = inflight.get(key);
+  if (joined !== undefined) return joined;
+  const p = start();
+  inflight.set(key, p);
+  const drop = (): void => {
+    if (inflight.get(key) === p) inflight.delete(key);
+  };
+  p.then(drop, drop);
+  return p;
+}
+
+/** How long an ingest whose write went unanswered waits for Redis to tell what happened. */
+export const STORE_RESOLVE_MS = 2000;
+const RESOLVE_POLL_MS = 100;
+
+interface Scripts {
+  edgeMarketPut(...a: string[]): Promise<number>;
+  edgeMarketResolve(...a: string[]): Promise<number>;
+  edgeMarketPage(...a: (string | number)[]): Promise<Row[]>;
+  edgeMarketMget(...a: string[]): Promise<Row[]>;
+}
+
+/**
+ * Bounds on the page cache. Its keys are chosen by clients (any cursor, any list of up to 500
+ * conditionIds), so it is bounded by entries and by an estimate of the bytes an entry retains:
+ * the key, the page's item and quote strings (fresh copies per Redis reply, so two cached pages
+ * that share a market hold it twice), the two bodies rendered from them (markets and quotes,
+ * cached beside the page by the HTTP layer), each counted at two bytes per character (V8 keeps a
+ * string with any non-Latin-1 character in UTF-16), plus fixed overheads for the Map entry, the
+ * page object and its array. Expired pages are dropped before anything else.
+ */
+export const PAGE_CACHE_MAX_ENTRIES = 2_000;
+export const PAGE_CACHE_MAX_BYTES = 32 * 1_048_576;
+const PAGE_ENTRY_OVERHEAD_BYTES = 512;
+const PAGE_MARKET_OVERHEAD_BYTES = 96;
+
+/** The bytes a cached page is charged (see PAGE_CACHE_MAX_BYTES). */
+export function pageCacheBytes(key: string, page: Page): number {
+  let chars = 0;
+  for (const m of page.markets) chars += m.item.length + m.quotes.length;
+  // ×2 for UTF-16, and the page's strings twice: as fetched and inside the rendered bodies.
+  return PAGE_ENTRY_OVERHEAD_BYTES + 2 * key.length + 4 * chars + PAGE_MARKET_OVERHEAD_BYTES * page.markets.length;
+}
+
+/**
+ * Bounds on the market lookup cache (order checks), oldest entry dropped first, expired ones
+ * before anything else. Markets that exist are bounded by what the feed stored; markets that do
+ * not are chosen by clients (any valid `marketId` of an order), so their entries have a bound of
+ * their own and cannot push out the real ones.
+ */
+export const MARKET_CACHE_MAX_ENTRIES = 200_000;
+export const MARKET_MISS_CACHE_MAX_ENTRIES = 10_000;
+/** A lookup entry: the id (key and meta), the frozen meta object, the Map slot. */
+const LOOKUP_ENTRY_BYTES = (id: string): number => 256 + 4 * id.length;
+const MARKET_CACHE_MAX_BYTES = 64 * 1_048_576;
+const MARKET_MISS_CACHE_MAX_BYTES = 4 * 1_048_576;
+
+export interface RedisStoreOptions {
+  readonly cacheTtlMs: number;
+  /**
+   * REDIS_MIN_REPLICAS ≥ 1: writes go through this connection and count only once the replicas
+   * confirmed them (see `put`).
+   */
+  readonly replicas?: ReplicaWait;
+  /** The write connection's command timeout (default REDIS_COMMAND_TIMEOUT_MS): a write's deadline. */
+  readonly writeTimeoutMs?: number;
+  readonly now?: () => number;
+  readonly onError?: (op: string, err: unknown) => void;
+}
+
+export class RedisMarketStore implements MarketStore {
+  readonly #redis: Redis;
+  readonly #sub: Redis;
+  readonly #cache = new TtlCache<MarketMeta>({ maxEntries: MARKET_CACHE_MAX_ENTRIES, maxBytes: MARKET_CACHE_MAX_BYTES });
+  /** Lookups of markets that do not exist (client-chosen ids): a separate, smaller bound. */
+  readonly #misses = new TtlCache<null>({ maxEntries: MARKET_MISS_CACHE_MAX_ENTRIES, maxBytes: MARKET_MISS_CACHE_MAX_BYTES });
+  readonly #pages = new TtlCache<Page>({ maxEntries: PAGE_CACHE_MAX_ENTRIES, maxBytes: PAGE_CACHE_MAX_BYTES });
+  /** Bumped by every invalidation; a read started before one is not cached after it. */
+  #generation = 0;
+  readonly #inflight = new Map<string, Promise<MarketMeta | undefined>>();
+  /** Page reads in flight, by page-cache key: concurrent misses for one page share one round trip. */
+  readonly #pageInflight = new Map<string, Promise<Page>>();
+  readonly #opts: RedisStoreOptions;
+  readonly #now: () => number;
+  readonly #clock: RedisClock;
+  readonly #cmd: Scripts;
+  /** Where writes go: the main connection, or the replica-confirmed one. */
+  readonly #write: Scripts;
+  readonly #replicas: ReplicaWait | undefined;
+  /** How long after a write's deadline it may land at the latest (its command timeout). */
+  readonly #putDeadlineMs: number;
+  #subscribed = false;
+
+  constructor(redis: Redis, opts: RedisStoreOptions) {
+    this.#redis = redis;
+    this.#opts = opts;
+    this.#now = opts.now ?? Date.now;
+    this.#cmd = redis as unknown as Scripts;
+    redis.defineCommand('edgeMarketPut', { numberOfKeys: 4, lua: PUT_SCRIPT });
+    redis.defineCommand('edgeMarketResolve', { numberOfKeys: 1, lua: RESOLVE_SCRIPT });
+    redis.defineCommand('edgeMarketPage', { numberOfKeys: 1, lua: PAGE_SCRIPT });
+    redis.defineCommand('edgeMarketMget', { numberOfKeys: 0, lua: MGET_SCRIPT });
+    this.#replicas = opts.replicas;
+    this.#write = this.#cmd;
+    if (opts.replicas !== undefined) {
+      opts.replicas.redis.defineCommand('edgeMarketPut', { numberOfKeys: 4, lua: PUT_SCRIPT });
+      opts.replicas.redis.defineCommand('edgeMarketResolve', { numberOfKeys: 1, lua: RESOLVE_SCRIPT });
+      this.#write = opts.replicas.redis as unknown as Scripts;
+    }
+    this.#putDeadlineMs = opts.writeTimeoutMs ?? REDIS_COMMAND_TIMEOUT_MS;
+    // After defineCommand: an auto-pipeline opened by an earlier command would lack the scripts.
+    this.#clock = new RedisClock(redis);
+    // The subscriber keeps its own connection; it queues while disconnected and re-subscribes.
+    // ioredis's own re-subscribe on reconnect leaves its promise unhandled: if the connection
+    // drops again before SUBSCRIBE is answered, that rejection would end the process. So
+    // subscribing is done here, on every 'ready', with the rejection handled.
+    this.#sub = redis.duplicate({ enableOfflineQueue: true, maxRetriesPerRequest: null, commandTimeout: undefined, autoResubscribe: false });
+    this.#sub.on('message', (_channel: string, id: string) => this.#invalidate(id));
+    this.#sub.on('ready', () => {
+      // Messages may have been missed while disconnected: forget everything.
+      this.#invalidate(undefined);
+      this.#sub.subscribe(INVALIDATION_CHANNEL).then(
+        () => {
+          // A read sent before the subscription took effect may have missed an invalidation:
+          // neither cached nor joined by later callers.
+          this.#generation++;
+          this.#inflight.clear();
+          this.#pageInflight.clear();
+          this.#subscribed = true;
+        },
+        (err: unknown) => opts.onError?.('subscribe', err),
+      );
+    });
+    this.#sub.on('close', () => {
+      this.#subscribed = false;
+      this.#invalidate(undefined);
+    });
+    this.#sub.on('error', (err: unknown) => opts.onError?.('subscribe', err));
+  }
+
+  /** Drops `id`'s cached meta (every entry when undefined) and every cached page. */
+  #invalidate(id: string | undefined): void {
+    this.#generation++;
+    // A lookup already in flight may have read the old value: later callers must not join it.
+    if (id === undefined) {
+      this.#cache.clear();
+      this.#misses.clear();
+      this.#inflight.clear();
+    } else {
+      this.#cache.delete(id);
+      this.#misses.delete(id);
+      this.#inflight.delete(id);
+    }
+    // Any write may change any page: a read already in flight must not be joined either.
+    this.#pageInflight.clear();
+    this.#pages.clear();
+  }
+
+  /** Synchronous on a fresh cache hit; a Promise (one Redis round trip, shared by concurrent callers) on a miss. */
+  get(conditionId: string): MarketMeta | undefined | Promise<MarketMeta | undefined> {
+    if (this.#subscribed) {
+      const now = this.#now();
+      const hit = this.#cache.get(conditionId, now);
+      if (hit !== undefined) return hit;
+      if (this.#misses.get(conditionId, now) === null) return undefined;
+    }
+    const generation = this.#generation;
+    return shareInFlight(this.#inflight, conditionId, () => this.#fetch([conditionId]).then(([m]) => {
+      const meta = m === undefined ? undefined : metaOfItem(m.item);
+      if (this.#subscribed && generation === this.#generation) this.#remember(conditionId, meta);
+      return meta;
+    }));
+  }
+
+  /** Caches a lookup in the map for markets that exist, or the one for those that do not. */
+  #remember(conditionId: string, meta: MarketMeta | undefined): void {
+    const now = this.#now();
+    const expires = now + this.#opts.cacheTtlMs;
+    this.#cache.delete(conditionId);
+    this.#misses.delete(conditionId);
+    if (meta === undefined) this.#misses.set(conditionId, null, expires, LOOKUP_ENTRY_BYTES(conditionId), now);
+    else this.#cache.set(conditionId, meta, expires, LOOKUP_ENTRY_BYTES(conditionId), now);
+  }
+
+  /** Entries held by the lookup cache (markets that exist, and lookups of ids that do not). */
+  get cachedLookups(): { readonly markets: number; readonly misses: number } {
+    return { markets: this.#cache.size, misses: this.#misses.size };
+  }
+
+  /** What the page cache holds: entries and their byte estimate (see PAGE_CACHE_MAX_BYTES). */
+  get cachedPages(): { readonly entries: number; readonly bytes: number } {
+    return { entries: this.#pages.size, bytes: this.#pages.bytes };
+  }
+
+  /**
+   * Stores when seq is greater than the stored one. Every outcome is definite except one:
+   * - rejected before sending, or an error reply from Redis → StoreUnavailableError (nothing stored);
+   * - no reply (timeout, connection lost) → ask Redis, for up to STORE_RESOLVE_MS, whether this
+   *   record is stored; the write carries a deadline in Redis's clock, so once that passed the
+   *   answer is final: 'stored', 'stale', or StoreUnavailableError;
+   * - Redis did not answer within the window → StoreOutcomeUnknownError.
+   * With `replicas` (REDIS_MIN_REPLICAS ≥ 1), 'stored' and 'stale' are answered only once the
+   * replicas confirmed what the master holds: a record the master stored but no replica
+   * confirmed is StoreOutcomeUnknownError (a failover may lose it), an unconfirmed 'stale' is
+   * StoreUnavailableError (this write stored nothing).
+   */
+  async put(doc: MarketDocument, envelope: Envelope): Promise<PutResult> {
+    const m = encodeMarket(doc, envelope);
+    const key = MARKET_KEY_PREFIX + doc.conditionId;
+    const seq = String(doc.seq);
+    const deadline = String(this.#clock.now() + this.#putDeadlineMs);
+    const wid = randomUUID();
+    let r: number;
+    // The connection epoch of the command whose answer is final (see ReplicaWait).
+    let epoch = this.#replicas?.epoch ?? 0;
+    try {
+      r = await this.#write.edgeMarketPut(
+        key, INDEX_KEY, ACTIVE_INDEX(doc.active), ACTIVE_INDEX(!doc.active),
+        seq, m.item, m.quotes, doc.conditionId, INVALIDATION_CHANNEL, deadline, wid,
+      );
+    } catch (err) {
+      if (neverSent(err) || err instanceof ReplyError) throw new StoreUnavailableError(String(err));
+      this.#opts.onError?.('put (resolving)', err);
+      [r, epoch] = await this.#resolve(key, seq, wid, deadline);
+    } finally {
+      this.#invalidate(doc.conditionId);
+    }
+    if (r !== 1 && r !== 0) throw new StoreUnavailableError('the write did not reach Redis before its deadline; nothing was stored');
+    if (this.#replicas !== undefined) {
+      try {
+        await this.#replicas.confirm(epoch);
+      } catch (err) {
+        if (r === 1) throw new StoreOutcomeUnknownError(`stored on the master, not confirmed by a replica: ${String(err)}`);
+        throw new StoreUnavailableError(`an equal or newer record is on the master, not confirmed by a replica: ${String(err)}`);
+      }
+    }
+    return r === 1 ? 'stored' : 'stale';
+  }
+
+  /** Asks Redis what became of a write; returns the final answer and the epoch it came on. */
+  async #resolve(key: string, seq: string, wid: string, deadline: string): Promise<[number, number]> {
+    const giveUp = Date.now() + STORE_RESOLVE_MS;
+    for (;;) {
+      const untilDeadline = Number(deadline) - this.#clock.now();
+      await sleep(Math.max(RESOLVE_POLL_MS, untilDeadline + 1));
+      try {
+        const epoch = this.#replicas?.epoch ?? 0;
+        const v = await this.#write.edgeMarketResolve(key, deadline, seq, wid);
+        if (v !== -2) return [v, epoch];
+      } catch {
+        // Still unreachable: try again until the window closes.
+      }
+      if (Date.now() >= giveUp) throw new StoreOutcomeUnknownError(`no answer from Redis within ${STORE_RESOLVE_MS} ms`);
+    }
+  }
+
+  /**
+   * A page, from the page cache while it is fresh (see the header), else from Redis. Concurrent
+   * misses for the same page (say, every reader right after an ingest dropped the cache) share
+   * one Redis round trip; an invalidation while it is in flight makes later callers start anew.
+   */
+  page(q: PageQuery): Promise<Page> {
+    if (this.#opts.cacheTtlMs === 0) return this.#pageFromRedis(q);
+    const key = JSON.stringify([q.active, q.limit, q.after, q.ids]);
+    const now = this.#now();
+    if (this.#subscribed) {
+      const hit = this.#pages.get(key, now);
+      if (hit !== undefined) return Promise.resolve(hit);
+    }
+    const generation = this.#generation;
+    return shareInFlight(this.#pageInflight, key, () => this.#pageFromRedis(q).then((page) => {
+      if (this.#subscribed && generation === this.#generation) this.#cachePage(key, page, now);
+      return page;
+    }));
+  }
+
+  /** Keeps `page` until `fetchedAt` + TTL (aged from before the fetch: never longer than the TTL). */
+  #cachePage(key: string, page: Page, fetchedAt: number): void {
+    this.#pages.set(key, page, fetchedAt + this.#opts.cacheTtlMs, pageCacheBytes(key, page), this.#now());
+  }
+
+  async #pageFromRedis(q: PageQuery): Promise<Page> {
+    if (q.ids !== undefined) {
+      const { want, more } = pageOfIds(q.ids, q);
+      let found = (await this.#fetch(want)).filter((m): m is PageItem => m !== undefined);
+      if (q.active !== undefined) found = found.filter((m) => metaOfItem(m.item).active === q.active);
+      return { markets: found, next: more ? want.at(-1) : undefined };
+    }
+    const index = q.active === undefined ? INDEX_KEY : ACTIVE_INDEX(q.active);
+    const start = q.after === undefined ? '-' : `(${q.after}`;
+    const rows = (await this.#cmd.edgeMarketPage(index, start, q.limit + 1, MARKET_KEY_PREFIX)) ?? [];
+    const markets = this.#decodeRows(rows);
+    const more = markets.length > q.limit;
+    const page = markets.slice(0, q.limit);
+    return { markets: page, next: more ? page.at(-1)?.conditionId : undefined };
+  }
+
+  async #fetch(ids: readonly string[]): Promise<(PageItem | undefined)[]> {
+    if (ids.length === 0) return [];
+    const rows = await this.#cmd.edgeMarketMget(MARKET_KEY_PREFIX, ...ids);
+    const out: (PageItem | undefined)[] = [];
+    for (let i = 0; i < rows.length; i += 3) {
+      const item = rows[i + 1];
+      out.push(item ? { conditionId: rows[i] as string, item, quotes: rows[i + 2] ?? '' } : undefined);
+    }
+    return out;
+  }
+
+  #decodeRows(rows: Row[]): PageItem[] {
+    const out: PageItem[] = [];
+    for (let i = 0; i < rows.length; i += 3) {
+      const item = rows[i + 1];
+      if (item) out.push({ conditionId: rows[i] as string, item, quotes: rows[i + 2] ?? '' });
+    }
+    return out;
+  }
+
+  ready(): boolean {
+    return this.#redis.status === 'ready' && (this.#replicas === undefined || this.#replicas.redis.status === 'ready');
+  }
+
+  /** Whether the in-process caches are on (the invalidation subscription has taken effect). */
+  get caching(): boolean {
+    return this.#subscribed;
+  }
+
+  async close(): Promise<void> {
+    this.#clock.close();
+    this.#sub.disconnect();
+  }
+}

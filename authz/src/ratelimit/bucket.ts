@@ -1,0 +1,158 @@
+/**
+ * The global rate limit's state: one token bucket per client in Redis, taken atomically by one
+ * Lua script (GCRA, the "generic cell rate algorithm": the bucket is a single number, the
+ * theoretical arrival time TAT of the next request at the steady rate).
+ *
+ * Key scheme: `edge:rl:<client>`, where the client is the key Envoy's local limiter uses:
+ *   - an IPv4 address as written (`edge:rl:192.0.2.7`); an IPv4-mapped IPv6 address
+ *     (`::ffff:192.0.2.7`) is its IPv4;
+ *   - an IPv6 address's /64, in the form Envoy's masked_remote_address writes it
+ *     (`edge:rl:2001:db8:3:ffff::/64`).
+ * The value is the TAT in microseconds of Redis's clock (TIME, so every replica of the edge
+ * shares one clock); the key expires on its own when the bucket would be full again, so an idle
+ * client costs nothing and a full bucket is "no key".
+ *
+ * Token-bucket semantics, the same as Envoy's local limiter: RATE_BURST tokens, refilled
+ * continuously at RPS_PER_IP per second; a request of `hits` tokens (hits_addend) passes when
+ * that many are left and then takes them; a refused request takes nothing.
+ */
+import { isIP } from 'node:net';
+import type { Redis } from 'ioredis';
+import { RATE_LIMIT } from '../shared/contract.ts';
+
+export const RATE_LIMIT_KEY_PREFIX = 'edge:rl:';
+
+/**
+ * KEYS[1] the client's bucket; ARGV[1] the emission interval in µs (10^6 / RPS_PER_IP),
+ * ARGV[2] the burst (RATE_BURST), ARGV[3] the tokens this request takes.
+ * Returns {allowed 0|1, tokens left (whole), µs until the bucket is full again}.
+ *
+ * - `redis.set_repl(REPL_NONE)`: the bucket is neither written to the append-only file nor
+ *   replicated. Its state is worth a second at most; with the AOF's fsync on every write
+ *   (docs/operations.md, "Redis durability") each request would otherwise cost an fsync, and a
+ *   restart or a failover only gives every client a full bucket again.
+ * - TAT is written with %.0f: Lua would print a number with 14 significant digits, i.e. lose the
+ *   microseconds of a 16-digit timestamp.
+ */
+export const TAKE_SCRIPT = `
+redis.replicate_commands()
+redis.set_repl(redis.REPL_NONE)
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local interval = tonumber(ARGV[1])
+local capacity = tonumber(ARGV[2]) * interval
+local tat = tonumber(redis.call('GET', KEYS[1])) or now
+if tat < now then tat = now end
+local after = tat + tonumber(ARGV[3]) * interval
+if after - now > capacity then
+  return {0, math.floor((capacity - (tat - now)) / interval), math.floor(tat - now)}
+end
+redis.call('SET', KEYS[1], string.format('%.0f', after), 'PX', math.ceil((after - now) / 1000))
+return {1, math.floor((capacity - (after - now)) / interval), math.floor(after - now)}
+`;
+
+export interface Take {
+  readonly allowed: boolean;
+  /** Whole tokens left after this request (before it, when refused). */
+  readonly remaining: number;
+  /** Microseconds until the bucket is full again (0: full). */
+  readonly untilFullUs: number;
+}
+
+export interface BucketLimits {
+  readonly rpsPerIp: number;
+  readonly rateBurst: number;
+}
+
+/** The buckets: `take` rejects when Redis cannot answer (the caller fails open). */
+export interface Buckets {
+  take(client: string, hits: number): Promise<Take>;
+}
+
+interface TakeCommand {
+  edgeRateLimitTake(key: string, intervalUs: string, burst: number, hits: number): Promise<[number, number, number]>;
+}
+
+export class RedisBuckets implements Buckets {
+  readonly #cmd: TakeCommand;
+  readonly #interval: string;
+  readonly #burst: number;
+
+  /** Defines the script on `redis`: call before the client sends its first command (auto-pipelining). */
+  constructor(redis: Redis, limits: BucketLimits) {
+    redis.defineCommand('edgeRateLimitTake', { numberOfKeys: 1, lua: TAKE_SCRIPT });
+    this.#cmd = redis as unknown as TakeCommand;
+    this.#interval = String(1_000_000 / limits.rpsPerIp);
+    this.#burst = limits.rateBurst;
+  }
+
+  async take(client: string, hits: number): Promise<Take> {
+    const [allowed, remaining, untilFullUs] = await this.#cmd.edgeRateLimitTake(RATE_LIMIT_KEY_PREFIX + client, this.#interval, this.#burst, hits);
+    return { allowed: allowed === 1, remaining: Math.max(0, remaining), untilFullUs };
+  }
+}
+
+/** The eight 16-bit groups of an IPv6 address (an embedded dotted IPv4 tail included). */
+function v6Groups(address: string): number[] | undefined {
+  let s = address.toLowerCase();
+  const zone = s.indexOf('%');
+  if (zone !== -1) s = s.slice(0, zone);
+  const lastColon = s.lastIndexOf(':');
+  const tail = s.slice(lastColon + 1);
+  if (tail.includes('.')) {
+    const o = tail.split('.').map(Number);
+    if (o.length !== 4 || o.some((x) => !(x >= 0 && x <= 255))) return undefined;
+    s = `${s.slice(0, lastColon + 1)}${((o[0]! << 8) | o[1]!).toString(16)}:${((o[2]! << 8) | o[3]!).toString(16)}`;
+  }
+  const halves = s.split('::');
+  if (halves.length > 2) return undefined;
+  const parse = (part: string | undefined): number[] => (part === undefined || part === '' ? [] : part.split(':').map((g) => parseInt(g, 16)));
+  const head = parse(halves[0]);
+  const rest = parse(halves[1]);
+  const groups = halves.length === 2 ? [...head, ...Array<number>(8 - head.length - rest.length).fill(0), ...rest] : head;
+  return groups.length === 8 && groups.every((g) => g >= 0 && g <= 0xffff) ? groups : undefined;
+}
+
+/** `2001:db8:3:ffff::/64`: the /64 of an address in Envoy's (RFC 5952) form. */
+function prefix64(groups: readonly number[]): string {
+  const first = groups.slice(0, 4);
+  while (first.length > 0 && first.at(-1) === 0) first.pop();
+  return `${first.map((g) => g.toString(16)).join(':')}::/${RATE_LIMIT.v6PrefixLength}`;
+}
+
+/**
+ * The bucket's client for an address: an IPv4 address itself, an IPv4-mapped one its IPv4,
+ * another IPv6 address its /64. Accepts a masked value (`2001:db8::/64`, as Envoy sends it) too;
+ * undefined for anything that is not an address.
+ */
+export function clientOf(value: string): string | undefined {
+  const slash = value.indexOf('/');
+  const address = slash === -1 ? value : value.slice(0, slash);
+  const family = isIP(address);
+  if (family === 4) return address;
+  if (family !== 6) return undefined;
+  const g = v6Groups(address);
+  if (g === undefined) return undefined;
+  if (g[0] === 0 && g[1] === 0 && g[2] === 0 && g[3] === 0 && g[4] === 0 && g[5] === 0xffff) {
+    return `${g[6]! >> 8}.${g[6]! & 255}.${g[7]! >> 8}.${g[7]! & 255}`;
+  }
+  return prefix64(g);
+}
+
+export interface Entry {
+  readonly key: string;
+  readonly value: string;
+}
+
+/**
+ * The client a descriptor limits: `[client=v4, client_ip=<address>]` or
+ * `[client=v6, masked_remote_address=<prefix>]` (contract.ts RATE_LIMIT); undefined for any other
+ * descriptor, which this service does not limit.
+ */
+export function descriptorClient(entries: readonly Entry[]): string | undefined {
+  if (entries.length !== 2 || entries[0]!.key !== RATE_LIMIT.familyKey) return undefined;
+  const [family, address] = [entries[0]!.value, entries[1]!];
+  if (family === RATE_LIMIT.v4 && address.key === RATE_LIMIT.v4AddressKey) return clientOf(address.value);
+  if (family === RATE_LIMIT.v6 && address.key === RATE_LIMIT.v6AddressKey) return clientOf(address.value);
+  return undefined;
+}

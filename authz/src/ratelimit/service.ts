@@ -1,0 +1,147 @@
+/**
+ * envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit on the TS service's gRPC port: the
+ * global rate limit (RATE_LIMIT_SCOPE=global) that Envoy's envoy.filters.http.ratelimit asks
+ * after its local bucket (docs/envoy.md §3).
+ *
+ * - Domain `edge`, the two per-client descriptors (contract.ts RATE_LIMIT); each is one token
+ *   bucket in Redis (bucket.ts) of RATE_BURST tokens refilled at RPS_PER_IP per second, taken
+ *   `hits_addend` tokens at a time (0, the default, counts as 1; a descriptor's own hits_addend
+ *   wins). Another domain, or a descriptor it does not know, is answered OK with no limit (as
+ *   envoyproxy/ratelimit answers what its config does not name).
+ * - The answer carries the standard statuses (code, current_limit RPS_PER_IP per SECOND,
+ *   limit_remaining, duration_until_reset: the time to the next token) and, as
+ *   response_headers_to_add, the x-ratelimit-* headers in the local limiter's own format from
+ *   the real global budget: limit = RATE_BURST, the whole tokens left, and the seconds until
+ *   the next token (Envoy's draft-03 headers would write `20, 20;w=1` instead; the filter's are off).
+ * - Fail open: when Redis cannot take a bucket the descriptor is answered OK without headers,
+ *   counted (edge_ratelimit_redis_errors_total, edge_ratelimit_decisions_total{code="fail_open"})
+ *   and logged once per outage: the request meets only Envoy's local per-replica limit. An
+ *   answer ready after the deadline Envoy sent (the filter's 100-ms timeout) is counted in
+ *   edge_ratelimit_late_total: Envoy had already let that request through.
+ * - Without Redis (REDIS_URL unset) there is nothing to share: every call is UNAVAILABLE (which
+ *   Envoy also treats as "allowed") and health reports the service NOT_SERVING.
+ */
+import * as grpc from '@grpc/grpc-js';
+import type { MethodDefinition, ServiceDefinition } from '@grpc/proto-loader';
+import { loadPackageDefinition, SERVICE_NAMES } from '../../../proto/index.ts';
+import { RATE_LIMIT } from '../shared/contract.ts';
+import type { Logger } from '../shared/log.ts';
+import type { AuthzMetrics } from '../shared/metrics.ts';
+import { descriptorClient, type BucketLimits, type Buckets, type Take } from './bucket.ts';
+import { CODE, decodeRateLimitRequest, encodeRateLimitResponse, type DescriptorStatus, type RateLimitRequest, type RateLimitResponse } from './codec.ts';
+
+/** A gRPC service beside Check on the same server (authz/grpc-server.ts registers it). */
+export interface GrpcServiceRegistration {
+  /** Fully qualified name (health and reflection). */
+  readonly name: string;
+  readonly definition: grpc.ServiceDefinition;
+  readonly implementation: grpc.UntypedServiceImplementation;
+  /** False when it cannot serve at all: health reports NOT_SERVING for it whatever the server's state. */
+  readonly available: boolean;
+}
+
+export interface RateLimitServiceDeps {
+  /** The Redis buckets; undefined without REDIS_URL. */
+  readonly buckets: Buckets | undefined;
+  readonly limits: BucketLimits;
+  readonly metrics: AuthzMetrics;
+  readonly logger: Logger;
+}
+
+const NO_LIMIT: DescriptorStatus = { code: CODE.OK };
+
+/** The x-ratelimit-* headers of one bucket answer, as the local limiter writes them. */
+function headersOf(t: Take, limits: BucketLimits, resetMs: number): [string, string][] {
+  return [
+    ['x-ratelimit-limit', String(limits.rateBurst)],
+    ['x-ratelimit-remaining', String(t.remaining)],
+    ['x-ratelimit-reset', String(Math.ceil(resetMs / 1000))],
+  ];
+}
+
+/** Milliseconds until the bucket has one more whole token (0 when full). */
+function nextTokenMs(t: Take, limits: BucketLimits): number {
+  if (t.untilFullUs <= 0) return 0;
+  const intervalUs = 1_000_000 / limits.rpsPerIp;
+  const part = t.untilFullUs % intervalUs;
+  return (part > 0 ? part : intervalUs) / 1000;
+}
+
+interface Outcome {
+  readonly status: DescriptorStatus;
+  /** The bucket's answer; undefined for a descriptor not limited here, or when Redis failed. */
+  readonly take?: Take;
+  readonly resetMs?: number;
+  /** Redis could not take the bucket (answered OK: fail open). */
+  readonly failed?: boolean;
+}
+
+const NOT_LIMITED: Outcome = { status: NO_LIMIT };
+
+/** The decision for one request, from the Redis buckets; never rejects. */
+export function createRateLimitHandler(deps: RateLimitServiceDeps): (req: RateLimitRequest) => Promise<RateLimitResponse> {
+  const { buckets, limits, metrics, logger } = deps;
+  let failing = false;
+  const limitOne = async (b: Buckets, client: string, hits: number): Promise<Outcome> => {
+    try {
+      const take = await b.take(client, hits);
+      if (failing) {
+        failing = false;
+        logger.info('global rate limit: Redis answers again');
+      }
+      const resetMs = nextTokenMs(take, limits);
+      return { status: { code: take.allowed ? CODE.OK : CODE.OVER_LIMIT, limitPerSecond: limits.rpsPerIp, remaining: take.remaining, resetMs }, take, resetMs };
+    } catch (err) {
+      metrics.rateLimitRedisError();
+      if (!failing) {
+        failing = true;
+        logger.warn({ err: String(err) }, 'global rate limit: Redis unavailable, answering OK (each Envoy keeps its local per-client limit) until it is back');
+      }
+      return { status: NO_LIMIT, failed: true };
+    }
+  };
+  return async (req) => {
+    const known = req.domain === RATE_LIMIT.domain && buckets !== undefined;
+    const outcomes = await Promise.all(req.descriptors.map((d) => {
+      const client = known ? descriptorClient(d.entries) : undefined;
+      return client === undefined ? NOT_LIMITED : limitOne(buckets!, client, Math.max(1, d.hitsAddend ?? req.hitsAddend));
+    }));
+    let overall: DescriptorStatus['code'] = CODE.OK;
+    let failed = false;
+    let tightest: Outcome | undefined;
+    for (const o of outcomes) {
+      if (o.status.code === CODE.OVER_LIMIT) overall = CODE.OVER_LIMIT;
+      if (o.failed === true) failed = true;
+      if (o.take !== undefined && (tightest?.take === undefined || o.take.remaining < tightest.take.remaining)) tightest = o;
+    }
+    metrics.rateLimit(overall === CODE.OVER_LIMIT ? 'over_limit' : failed ? 'fail_open' : 'ok');
+    return {
+      overall,
+      statuses: outcomes.map((o) => o.status),
+      headers: tightest?.take === undefined ? [] : headersOf(tightest.take, limits, tightest.resetMs ?? 0),
+    };
+  };
+}
+
+/** The RateLimitService registration for the gRPC server (lean codec: codec.ts). */
+export function rateLimitService(deps: RateLimitServiceDeps): GrpcServiceRegistration {
+  const pd = loadPackageDefinition();
+  const def = pd[SERVICE_NAMES.rateLimit] as ServiceDefinition;
+  const method = def['ShouldRateLimit'] as MethodDefinition<object, object>;
+  const definition = {
+    ShouldRateLimit: { ...method, requestDeserialize: decodeRateLimitRequest, responseSerialize: encodeRateLimitResponse },
+  } as unknown as grpc.ServiceDefinition;
+  const decide = createRateLimitHandler(deps);
+  const shouldRateLimit: grpc.handleUnaryCall<RateLimitRequest, RateLimitResponse> = (call, callback) => {
+    if (deps.buckets === undefined) {
+      callback({ code: grpc.status.UNAVAILABLE, details: 'no rate limit store: REDIS_URL is unset (RATE_LIMIT_SCOPE=local)' });
+      return;
+    }
+    decide(call.request).then((res) => {
+      const deadline = call.getDeadline();
+      if (deadline !== Infinity && Date.now() > Number(deadline)) deps.metrics.rateLimitLate();
+      callback(null, res);
+    }, (err: unknown) => callback({ code: grpc.status.INTERNAL, details: String(err) }));
+  };
+  return { name: SERVICE_NAMES.rateLimit, definition, implementation: { ShouldRateLimit: shouldRateLimit }, available: deps.buckets !== undefined };
+}

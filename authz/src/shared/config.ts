@@ -1,0 +1,469 @@
+/**
+ * One config module: defaults → parse env → validate → freeze.
+ *
+ * Every name here is public interface (docs/api.md, README "Settings"). A bad value throws a
+ * ConfigError at start-up naming the variable and what was expected; nothing is
+ * silently coerced (TIMEOUT=abc never becomes 0).
+ *
+ * Secrets (HMAC keys, feed keys) are parsed separately by `credentials.ts`, so the Envoy
+ * renderer and the deploy tooling can load this config without holding any secret.
+ */
+import { createRequire } from 'node:module';
+import { isIP } from 'node:net';
+import { dirname, join } from 'node:path';
+import { RE } from './rules.ts';
+
+/** Thrown at start-up for a missing or malformed setting. */
+export class ConfigError extends Error {
+  readonly variable: string;
+  constructor(variable: string, expected: string, got?: string) {
+    super(`${variable}: expected ${expected}${got === undefined ? '' : `, got ${JSON.stringify(got)}`}`);
+    this.name = 'ConfigError';
+    this.variable = variable;
+  }
+}
+
+export type Env = Readonly<Record<string, string | undefined>>;
+
+const require = createRequire(import.meta.url);
+
+/** The country database shipped by @ip-location-db/geo-whois-asn-country-mmdb (IPv4 + IPv6): development and tests only (shared/geoip-default.ts). */
+export const DEFAULT_GEOIP_DB = join(
+  dirname(require.resolve('@ip-location-db/geo-whois-asn-country-mmdb/package.json')),
+  'geo-whois-asn-country.mmdb',
+);
+
+export const DEFAULT_GEO_NOTICE =
+  'This service is not available in your jurisdiction.';
+
+export interface OrderBackendConfig {
+  /** https://host:port */
+  readonly url: string;
+  readonly host: string;
+  readonly port: number;
+  readonly caFile: string;
+  readonly san: string;
+  readonly clientCertFile: string;
+  readonly clientKeyFile: string;
+  readonly timeoutMs: number;
+  readonly maxConnSecs: number;
+}
+
+export interface Config {
+  // Ports and addresses
+  readonly edgePort: number;
+  readonly authzGrpcPort: number;
+  readonly marketPort: number;
+  readonly authzAdminPort: number;
+  readonly envoyAdminPort: number;
+  /** Address the gRPC server binds to (loopback unless a container needs otherwise). */
+  readonly bindAddress: string;
+  /**
+   * Address the market server binds to; AUTHZ_BIND_ADDRESS unless set. Its ingest route trusts
+   * Envoy for the HMAC and nonce checks, so it binds wider only when Envoy is another host.
+   */
+  readonly marketBindAddress: string;
+  /** Address the admin server (/metrics, /admin/seal) binds to. Seal is loopback-only regardless. */
+  readonly adminBindAddress: string;
+  /** Where Envoy reaches the authz gRPC server and the market service. */
+  readonly authzAddress: string;
+  readonly marketAddress: string;
+
+  // Client address, rate limits
+  readonly xffNumTrustedHops: number;
+  readonly rpsPerIp: number;
+  readonly rateBurst: number;
+  /**
+   * `global`: Envoy also asks a RateLimitService (envoy.filters.http.ratelimit) after its local
+   * per-replica bucket, so a client spread over N replicas gets RPS_PER_IP/RATE_BURST in all, not
+   * N times that; `local`: the per-Envoy bucket only (RATE_LIMIT_SCOPE; docs/envoy.md §3).
+   */
+  readonly rateLimitScope: 'global' | 'local';
+  /**
+   * Where Envoy reaches the RateLimitService: RATELIMIT_SERVICE_ADDRESS (another implementation of
+   * the protocol, e.g. envoyproxy/ratelimit), else undefined: the TS service's gRPC port.
+   */
+  readonly rateLimitService: { readonly host: string; readonly port: number } | undefined;
+
+  // Ingest
+  readonly replayWindowSecs: number;
+  readonly nonceTtlSecs: number;
+  readonly ingestMaxBytes: number;
+
+  // Orders
+  readonly orderMaxBytes: number;
+  readonly orderMaxTtlSecs: number;
+  /** Decimal string, or undefined when unset. */
+  readonly orderMaxSize: string | undefined;
+  readonly orderPayloadMaxBytes: number;
+  readonly orderBackend: OrderBackendConfig | undefined;
+
+  // Geo
+  readonly geoipDb: string;
+  readonly geoipReloadIntervalMs: number;
+  readonly blockedCountries: ReadonlySet<string>;
+  readonly blockedRegions: ReadonlySet<string>;
+  readonly geoUnknown: 'block' | 'allow';
+  readonly geoTrustedCidrs: readonly string[];
+  readonly geoNotice: string;
+  readonly geoBlockedByUrl: string | undefined;
+
+  // Stores
+  readonly redisUrl: string | undefined;
+  /**
+   * Replicas that must confirm a nonce or a market record (Redis WAIT) before it counts as
+   * recorded (REDIS_MIN_REPLICAS); 0: the master's acknowledgement is enough, which a Sentinel
+   * failover can lose (docs/operations.md "Redis").
+   */
+  readonly redisMinReplicas: number;
+  /** How long one such confirmation may take before the request is refused (REDIS_REPLICA_WAIT_MS). */
+  readonly redisReplicaWaitMs: number;
+  readonly marketCacheTtlMs: number;
+
+  // Process
+  /**
+   * Envoy's deadline for one authz Check (ext_authz grpc_service.timeout): past it the request
+   * is answered 503 service_unavailable, never allowed.
+   */
+  readonly authzTimeoutMs: number;
+  readonly shutdownGraceMs: number;
+  readonly logLevel: string;
+  readonly workers: number;
+}
+
+function str(env: Env, name: string): string | undefined {
+  const v = env[name];
+  return v === undefined || v.trim() === '' ? undefined : v.trim();
+}
+
+function int(env: Env, name: string, def: number, min: number, max: number): number {
+  const raw = str(env, name);
+  if (raw === undefined) return def;
+  if (!/^-?[0-9]+$/.test(raw)) throw new ConfigError(name, `an integer in [${min}, ${max}]`, raw);
+  const n = Number(raw);
+  if (!Number.isSafeInteger(n) || n < min || n > max) {
+    throw new ConfigError(name, `an integer in [${min}, ${max}]`, raw);
+  }
+  return n;
+}
+
+function port(env: Env, name: string, def: number): number {
+  return int(env, name, def, 0, 65535);
+}
+
+function list(env: Env, name: string): string[] {
+  const raw = str(env, name);
+  if (raw === undefined) return [];
+  return raw.split(',').map((s) => s.trim()).filter((s) => s !== '');
+}
+
+
+function parseBackend(env: Env): OrderBackendConfig | undefined {
+  const url = str(env, 'ORDER_BACKEND_URL');
+  if (url === undefined) return undefined;
+  let parsed: URL;
+  try {
+    parsed = new URL(url);
+  } catch {
+    throw new ConfigError('ORDER_BACKEND_URL', 'https://host:port', url);
+  }
+  if (parsed.protocol !== 'https:' || parsed.hostname === '' || parsed.pathname !== '/' && parsed.pathname !== '') {
+    throw new ConfigError('ORDER_BACKEND_URL', 'https://host:port (no path)', url);
+  }
+  const host = parsed.hostname.replace(/^\[(.*)\]$/, '$1');
+  const required = (name: string): string => {
+    const v = str(env, name);
+    if (v === undefined) throw new ConfigError(name, 'a file path (required when ORDER_BACKEND_URL is set)');
+    return v;
+  };
+  return Object.freeze({
+    url,
+    host,
+    port: parsed.port === '' ? 443 : Number(parsed.port),
+    caFile: required('ORDER_BACKEND_CA_FILE'),
+    san: str(env, 'ORDER_BACKEND_SAN') ?? host,
+    clientCertFile: required('EDGE_CLIENT_CERT_FILE'),
+    clientKeyFile: required('EDGE_CLIENT_KEY_FILE'),
+    timeoutMs: int(env, 'ORDER_BACKEND_TIMEOUT_MS', 5000, 1, 600_000),
+    maxConnSecs: int(env, 'ORDER_BACKEND_MAX_CONN_SECS', 300, 1, 86_400),
+  });
+}
+
+/** `host:port` or `[ipv6]:port` (RATELIMIT_SERVICE_ADDRESS). */
+function hostPort(env: Env, name: string): { host: string; port: number } | undefined {
+  const raw = str(env, name);
+  if (raw === undefined) return undefined;
+  const m = /^(?:\[([0-9a-fA-F:.]+)\]|([A-Za-z0-9.-]+)):([0-9]{1,5})$/.exec(raw);
+  const host = m?.[1] ?? m?.[2];
+  const port = Number(m?.[3]);
+  if (m === null || host === undefined || (m[1] !== undefined && isIP(m[1]) !== 6) || port < 1 || port > 65535) {
+    throw new ConfigError(name, 'host:port (an IPv6 address in brackets: [::1]:8081)', raw);
+  }
+  return { host, port };
+}
+
+/**
+ * RATE_LIMIT_SCOPE: `global` by default when there is somewhere to keep the buckets (REDIS_URL,
+ * or another RateLimitService at RATELIMIT_SERVICE_ADDRESS), else `local`.
+ */
+function rateLimitScope(env: Env, redisUrl: string | undefined, service: { host: string; port: number } | undefined): 'global' | 'local' {
+  const raw = str(env, 'RATE_LIMIT_SCOPE')?.toLowerCase();
+  const scope = raw ?? (redisUrl !== undefined || service !== undefined ? 'global' : 'local');
+  if (scope !== 'global' && scope !== 'local') throw new ConfigError('RATE_LIMIT_SCOPE', '"global" or "local"', raw);
+  if (scope === 'global' && redisUrl === undefined && service === undefined) {
+    // The TS service keeps the global buckets in Redis; the in-memory mode has none to share.
+    throw new ConfigError('RATE_LIMIT_SCOPE', '"local" without REDIS_URL (the global limit keeps its buckets in Redis) unless RATELIMIT_SERVICE_ADDRESS names another rate limit service', scope);
+  }
+  if (scope === 'local' && service !== undefined) {
+    throw new ConfigError('RATELIMIT_SERVICE_ADDRESS', 'unset with RATE_LIMIT_SCOPE=local (only the global limit calls a rate limit service)', `${service.host}:${service.port}`);
+  }
+  return scope;
+}
+
+/**
+ * Settings that each load but contradict one another in a way the operator must hear about at
+ * start-up (logged as warnings, not refused: each limit keeps its documented meaning).
+ * - ORDER_MAX_BYTES below the compact JSON of the largest valid order (the longest marketId, a
+ *   10-digit deadline, the longest size up to ORDER_MAX_SIZE, an ORDER_PAYLOAD_MAX_BYTES payload
+ *   in base64):
+ *   such orders pass every authz rule but get 413 payload_too_large from Envoy first.
+ */
+export function configWarnings(c: Config): string[] {
+  const out: string[] = [];
+  // size: ORDER_MAX_SIZE's integer digits plus a point and 18 decimals (the most a size may
+  // carry), or 40 characters when no maximum is set.
+  const sizeChars = c.orderMaxSize === undefined ? 40 : (c.orderMaxSize.split('.')[0] ?? '').length + 19;
+  const largestOrder = JSON.stringify({
+    marketId: 'x'.repeat(128), deadline: 9_999_999_999, size: '9'.repeat(sizeChars), payload: '',
+  }).length + 4 * Math.ceil(c.orderPayloadMaxBytes / 3);
+  if (largestOrder > c.orderMaxBytes) {
+    out.push(`ORDER_MAX_BYTES=${c.orderMaxBytes} is below the largest valid order (${largestOrder} bytes of compact JSON: an `
+      + `ORDER_PAYLOAD_MAX_BYTES=${c.orderPayloadMaxBytes} payload in base64 plus its envelope); such orders get 413 `
+      + `payload_too_large. Raise ORDER_MAX_BYTES to ${largestOrder} or lower ORDER_PAYLOAD_MAX_BYTES.`);
+  }
+  if (c.redisMinReplicas === 0 && c.redisUrl?.startsWith('redis+sentinel://') === true) {
+    out.push('REDIS_URL names Sentinels but REDIS_MIN_REPLICAS=0: an acknowledged ingest or nonce can be missing on the replica '
+      + 'a failover promotes, and that signed ingest is then accepted again. Set REDIS_MIN_REPLICAS=1 (docs/operations.md "Redis").');
+  }
+  // A nonce's write can queue behind a WAIT, then wait for the one in flight and its own; Redis
+  // ends a WAIT on its clock tick (hz 10: up to 100 ms past the timeout).
+  if (c.redisMinReplicas > 0 && 3 * (c.redisReplicaWaitMs + 100) >= c.authzTimeoutMs) {
+    out.push(`REDIS_REPLICA_WAIT_MS=${c.redisReplicaWaitMs} is too long for AUTHZ_TIMEOUT_MS=${c.authzTimeoutMs}: an ingest's nonce `
+      + `may wait for replicas three times, up to 100 ms longer each (${3 * (c.redisReplicaWaitMs + 100)} ms), so Envoy can give up `
+      + 'first (503 all the same). Lower REDIS_REPLICA_WAIT_MS or raise AUTHZ_TIMEOUT_MS.');
+  }
+  return out;
+}
+
+/** Parses and validates every non-secret setting. Throws ConfigError on the first bad one. */
+export function loadConfig(env: Env = process.env): Config {
+  const blockedCountries = list(env, 'BLOCKED_COUNTRIES').map((c) => c.toUpperCase());
+  for (const c of blockedCountries) {
+    if (!RE.country.test(c)) throw new ConfigError('BLOCKED_COUNTRIES', 'ISO 3166-1 alpha-2 codes, comma-separated', c);
+  }
+  const blockedRegions = list(env, 'BLOCKED_REGIONS').map((c) => c.toUpperCase());
+  for (const r of blockedRegions) {
+    if (!RE.region.test(r)) throw new ConfigError('BLOCKED_REGIONS', 'ISO 3166-2 codes like CA-ON, comma-separated', r);
+  }
+  const geoUnknown = (str(env, 'GEO_UNKNOWN') ?? 'block').toLowerCase();
+  if (geoUnknown !== 'block' && geoUnknown !== 'allow') {
+    throw new ConfigError('GEO_UNKNOWN', '"block" or "allow"', geoUnknown);
+  }
+  const trusted = str(env, 'GEO_TRUSTED_CIDRS') === undefined && env['GEO_TRUSTED_CIDRS'] === undefined
+    ? ['127.0.0.0/8', '::1/128']
+    : list(env, 'GEO_TRUSTED_CIDRS');
+  for (const cidr of trusted) {
+    const m = /^([0-9a-fA-F:.]+)\/([0-9]{1,3})$/.exec(cidr);
+    const family = m === null ? 0 : isIP(m[1] ?? '');
+    if (m === null || family === 0 || Number(m[2]) > (family === 4 ? 32 : 128)) {
+      throw new ConfigError('GEO_TRUSTED_CIDRS', 'CIDR blocks like 10.0.0.0/8 or ::1/128, comma-separated', cidr);
+    }
+  }
+  const orderMaxSize = str(env, 'ORDER_MAX_SIZE');
+  if (orderMaxSize !== undefined && !RE.decimal.test(orderMaxSize)) {
+    throw new ConfigError('ORDER_MAX_SIZE', 'a positive decimal string', orderMaxSize);
+  }
+  const blockedBy = str(env, 'GEO_BLOCKED_BY_URL');
+  if (blockedBy !== undefined) {
+    let ok = false;
+    try {
+      ok = ['http:', 'https:'].includes(new URL(blockedBy).protocol) && !/[<>\s]/.test(blockedBy);
+    } catch { /* reported below */ }
+    if (!ok) throw new ConfigError('GEO_BLOCKED_BY_URL', 'an absolute http(s) URL', blockedBy);
+  }
+  const redisUrl = str(env, 'REDIS_URL');
+  if (redisUrl !== undefined && !/^(rediss?|redis\+sentinel):\/\//.test(redisUrl)) {
+    throw new ConfigError('REDIS_URL', 'redis://, rediss:// or redis+sentinel:// URL', redisUrl);
+  }
+  const redisMinReplicas = int(env, 'REDIS_MIN_REPLICAS', 0, 0, 16);
+  if (redisMinReplicas > 0 && redisUrl === undefined) {
+    throw new ConfigError('REDIS_MIN_REPLICAS', '0 without REDIS_URL (the in-memory stores have no replicas)', String(redisMinReplicas));
+  }
+  const rateLimitService = hostPort(env, 'RATELIMIT_SERVICE_ADDRESS');
+  const scope = rateLimitScope(env, redisUrl, rateLimitService);
+  const bindAddress = str(env, 'AUTHZ_BIND_ADDRESS') ?? '127.0.0.1';
+  const workers = int(env, 'AUTHZ_WORKERS', 1, 1, 64);
+  if (workers > 1 && redisUrl === undefined) {
+    // Each worker would keep its own in-memory nonces and markets: a replay sent to another worker passes.
+    throw new ConfigError('AUTHZ_WORKERS', '1 without REDIS_URL (workers share nonces and markets only through Redis)', String(workers));
+  }
+  const logLevel = str(env, 'LOG_LEVEL') ?? 'info';
+  if (!['trace', 'debug', 'info', 'warn', 'error', 'fatal', 'silent'].includes(logLevel)) {
+    throw new ConfigError('LOG_LEVEL', 'trace|debug|info|warn|error|fatal|silent', logLevel);
+  }
+  const geoNotice = str(env, 'GEO_NOTICE') ?? DEFAULT_GEO_NOTICE;
+  const replayWindowSecs = int(env, 'REPLAY_WINDOW_SECS', 300, 1, 86_400);
+  const nonceTtlSecs = int(env, 'NONCE_TTL_SECS', 600, 1, 7 * 86_400);
+  if (nonceTtlSecs < 2 * replayWindowSecs) {
+    // A timestamp may be up to a window ahead of the clock, so a nonce must outlive 2 × window.
+    throw new ConfigError('NONCE_TTL_SECS', `at least 2 × REPLAY_WINDOW_SECS (${2 * replayWindowSecs})`, String(nonceTtlSecs));
+  }
+
+  return Object.freeze({
+    edgePort: port(env, 'EDGE_PORT', 8080),
+    authzGrpcPort: port(env, 'AUTHZ_GRPC_PORT', 9191),
+    marketPort: port(env, 'MARKET_PORT', 8081),
+    authzAdminPort: port(env, 'AUTHZ_ADMIN_PORT', 9464),
+    envoyAdminPort: port(env, 'ENVOY_ADMIN_PORT', 9901),
+    bindAddress,
+    marketBindAddress: str(env, 'MARKET_BIND_ADDRESS') ?? bindAddress,
+    adminBindAddress: str(env, 'ADMIN_BIND_ADDRESS') ?? '127.0.0.1',
+    authzAddress: str(env, 'AUTHZ_ADDRESS') ?? '127.0.0.1',
+    marketAddress: str(env, 'MARKET_ADDRESS') ?? '127.0.0.1',
+
+    xffNumTrustedHops: int(env, 'XFF_NUM_TRUSTED_HOPS', 0, 0, 10),
+    rpsPerIp: int(env, 'RPS_PER_IP', 20, 1, 1_000_000),
+    rateBurst: int(env, 'RATE_BURST', 40, 1, 10_000_000),
+    rateLimitScope: scope,
+    rateLimitService: rateLimitService === undefined ? undefined : Object.freeze(rateLimitService),
+
+    replayWindowSecs,
+    nonceTtlSecs,
+    ingestMaxBytes: int(env, 'INGEST_MAX_BYTES', 1_048_576, 256, 64 * 1_048_576),
+
+    orderMaxBytes: int(env, 'ORDER_MAX_BYTES', 65_536, 64, 16 * 1_048_576),
+    orderMaxTtlSecs: int(env, 'ORDER_MAX_TTL_SECS', 86_400, 1, 365 * 86_400),
+    orderMaxSize,
+    orderPayloadMaxBytes: int(env, 'ORDER_PAYLOAD_MAX_BYTES', 32_768, 1, 12 * 1_048_576),
+    orderBackend: parseBackend(env),
+
+    geoipDb: str(env, 'GEOIP_DB') ?? DEFAULT_GEOIP_DB,
+    geoipReloadIntervalMs: int(env, 'GEOIP_RELOAD_INTERVAL_MS', 2000, 50, 3_600_000),
+    blockedCountries: new Set(blockedCountries),
+    blockedRegions: new Set(blockedRegions),
+    geoUnknown,
+    geoTrustedCidrs: Object.freeze(trusted),
+    geoNotice,
+    geoBlockedByUrl: blockedBy,
+
+    redisUrl,
+    redisMinReplicas,
+    redisReplicaWaitMs: int(env, 'REDIS_REPLICA_WAIT_MS', 200, 1, 10_000),
+    marketCacheTtlMs: int(env, 'MARKET_CACHE_TTL_MS', 2000, 0, 60_000),
+
+    authzTimeoutMs: int(env, 'AUTHZ_TIMEOUT_MS', 1000, 10, 60_000),
+    shutdownGraceMs: int(env, 'SHUTDOWN_GRACE_MS', 5000, 0, 120_000),
+    logLevel,
+    workers,
+  });
+}
+
+/**
+ * Settings read outside loadConfig: the secrets (credentials.ts, each also as `<NAME>_FILE`),
+ * and the development-only ones (`npm start`, the demo backend, the scripts; README
+ * "Development only"). STRICT_SETTINGS is read by checkSettingNames below.
+ */
+const SECRET_SETTINGS = ['EDGE_INGEST_HMAC', 'EDGE_INGEST_HMAC_PREVIOUS', 'EDGE_FEED_ED25519_PUBLIC_KEY', 'EDGE_FEED_ED25519_KEY'];
+const DEV_SETTINGS = [
+  'DEV_REDIS_PORT', 'DEV_BACKEND_PORT', 'DEV_RUN_DIR', 'STRICT_SETTINGS',
+  'BACKEND_CERT_FILE', 'BACKEND_KEY_FILE', 'BACKEND_CLIENT_CA_FILE', 'BACKEND_PORT', 'BACKEND_BIND_ADDRESS',
+  'NODE_BIN', 'ENVOY_BIN', 'GRPCURL_BIN', 'PYTHON', 'RELIABILITY_SOAK_SECS',
+];
+
+/** The names loadConfig reads: recorded by running it (without and with an order backend), never listed by hand. */
+function configSettingNames(): string[] {
+  const seen = new Set<string>();
+  const recording = (base: Record<string, string>): Env => new Proxy(base, {
+    get(target, key) {
+      if (typeof key === 'string') seen.add(key);
+      return target[key as string];
+    },
+  });
+  loadConfig(recording({}));
+  loadConfig(recording({ ORDER_BACKEND_URL: 'https://backend:8443', ORDER_BACKEND_CA_FILE: 'a', EDGE_CLIENT_CERT_FILE: 'b', EDGE_CLIENT_KEY_FILE: 'c' }));
+  return [...seen];
+}
+
+/** Every environment variable the project reads as a setting (README "Settings"). */
+export const KNOWN_SETTINGS: ReadonlySet<string> = new Set([
+  ...configSettingNames(), ...SECRET_SETTINGS, ...SECRET_SETTINGS.map((n) => `${n}_FILE`), ...DEV_SETTINGS,
+]);
+
+/**
+ * The project's prefixes: the first word of every known setting (EDGE_, AUTHZ_, RATE_, GEO_, …),
+ * except those of other programs' variables (NODE_ is Node's: NODE_ENV, NODE_OPTIONS, …).
+ */
+export const SETTING_PREFIXES: readonly string[] = [...new Set(
+  [...KNOWN_SETTINGS].filter((n) => n.includes('_')).map((n) => `${n.slice(0, n.indexOf('_'))}_`),
+)].filter((p) => p !== 'NODE_').sort();
+
+/** Optimal string alignment distance (Levenshtein plus adjacent transpositions). */
+function editDistance(a: string, b: string): number {
+  const d: number[][] = Array.from({ length: a.length + 1 }, (_, i) => [i, ...Array<number>(b.length).fill(0)]);
+  for (let j = 1; j <= b.length; j++) d[0]![j] = j;
+  for (let i = 1; i <= a.length; i++) {
+    for (let j = 1; j <= b.length; j++) {
+      const cost = a[i - 1] === b[j - 1] ? 0 : 1;
+      let v = Math.min(d[i - 1]![j]! + 1, d[i]![j - 1]! + 1, d[i - 1]![j - 1]! + cost);
+      if (i > 1 && j > 1 && a[i - 1] === b[j - 2] && a[i - 2] === b[j - 1]) v = Math.min(v, d[i - 2]![j - 2]! + 1);
+      d[i]![j] = v;
+    }
+  }
+  return d[a.length]![b.length]!;
+}
+
+export interface UnknownSetting {
+  readonly name: string;
+  /** The known setting nearest to it. */
+  readonly nearest: string;
+  readonly message: string;
+}
+
+/**
+ * Variables that look like settings but are none: every name with one of the project's
+ * prefixes that is not a setting (RATE_LIMIT_RPS), and any other name within two edits of one
+ * (EGDE_PORT, LOGLEVEL). Nothing reads them, so each is reported with the setting nearest to it.
+ */
+export function unknownSettings(env: Env): UnknownSetting[] {
+  const out: UnknownSetting[] = [];
+  for (const name of Object.keys(env).sort()) {
+    if (KNOWN_SETTINGS.has(name) || !/^[A-Z][A-Z0-9_]*$/.test(name)) continue;
+    let nearest = '';
+    let best = Infinity;
+    for (const k of KNOWN_SETTINGS) {
+      const dist = editDistance(name, k);
+      if (dist < best) [best, nearest] = [dist, k];
+    }
+    const prefixed = SETTING_PREFIXES.some((p) => name.startsWith(p));
+    if (prefixed || best <= (name.length >= 8 ? 2 : 1)) {
+      out.push({ name, nearest, message: `${name} is not a setting (did you mean ${nearest}?)` });
+    }
+  }
+  return out;
+}
+
+/**
+ * Reports unknownSettings: returns them as warnings, or with STRICT_SETTINGS=1 throws a
+ * ConfigError naming them (README "Settings").
+ */
+export function checkSettingNames(env: Env): UnknownSetting[] {
+  const strict = str(env, 'STRICT_SETTINGS') ?? '0';
+  if (strict !== '0' && strict !== '1') throw new ConfigError('STRICT_SETTINGS', '1 or 0', strict);
+  const unknown = unknownSettings(env);
+  const [first, ...more] = unknown;
+  if (strict === '1' && first !== undefined) {
+    const others = more.length === 0 ? '' : ` (also not settings: ${more.map((u) => u.name).join(', ')})`;
+    throw new ConfigError(first.name, `a known setting (STRICT_SETTINGS=1 refuses unknown ones); did you mean ${first.nearest}?${others}`);
+  }
+  return unknown;
+}

@@ -1,0 +1,85 @@
+/**
+ * The route contract between Envoy and the service, declared once: the paths, the route kinds,
+ * the header names that cross the boundary and the dynamic-metadata key of an accepted order.
+ * The Envoy renderer (envoy/), the CheckRequest codec, the pipeline, the market service and the
+ * OpenAPI generator import these; docs/api.md describes them.
+ */
+
+export const PATHS = {
+  root: '/',
+  healthz: '/healthz',
+  markets: '/v1/markets',
+  quotes: '/v1/quotes',
+  orders: '/v1/orders',
+  ingest: '/internal/ingest/market',
+  /** Everything under it but the exact ingest POST is refused by Envoy (404). */
+  internalPrefix: '/internal',
+} as const;
+
+/** What the service decides on a request: the ingest policy, the order policy, or geo only. */
+export type RouteKind = 'ingest' | 'order' | 'read';
+export const ROUTE_KINDS: readonly RouteKind[] = ['ingest', 'order', 'read'];
+
+/**
+ * The routes by method and path (query stripped; Envoy normalizes the path before ext_authz, so
+ * `//internal/./ingest/market` arrives as `/internal/ingest/market`). Anything that is not exactly
+ * an ingest or an order POST is a read: geo only. Envoy routes those to the market service,
+ * which stores nothing outside its ingest route. The service uses this only for a Check that
+ * does not carry its route (one sent by hand, e.g. with grpcurl); Envoy sends the route it
+ * matched in the context extension ROUTE_EXTENSION.
+ */
+export function classify(method: string, path: string): RouteKind {
+  if (method === 'POST') {
+    if (path === PATHS.ingest) return 'ingest';
+    if (path === PATHS.orders) return 'order';
+  }
+  return 'read';
+}
+
+/** The ext_authz `context_extensions` entries Envoy's routes set (never client input). */
+export const CONTEXT_EXTENSION = {
+  /** The RouteKind of the route Envoy matched. */
+  route: 'route',
+  /** `headers` on the ingest's first Check, which carries no body (HEADER_PHASE). */
+  phase: 'phase',
+} as const;
+export const HEADER_PHASE = 'headers';
+
+/** Header names crossing the Envoy ⇄ service ⇄ backend boundary. */
+export const HEADER = {
+  /** The client address Envoy decided on (always overwritten by Envoy). */
+  clientIp: 'x-edge-client-ip',
+  /** The port Envoy gave that address: 0 when it came from X-Forwarded-For (the XFF guard). */
+  clientPort: 'x-edge-client-port',
+  timestamp: 'x-edge-timestamp',
+  nonce: 'x-edge-nonce',
+  signature: 'x-edge-signature',
+  requestId: 'x-request-id',
+  /** To the order backend, from the accepted order's envelope. */
+  marketId: 'x-edge-market-id',
+  deadline: 'x-edge-deadline',
+  size: 'x-edge-size',
+} as const;
+
+/** The ext_authz dynamic-metadata key under which an accepted order's base64 payload travels to the Lua filter. */
+export const ORDER_PAYLOAD_METADATA_KEY = 'order_payload';
+
+/**
+ * The global rate limit's protocol contract (envoy.service.ratelimit.v3.RateLimitService): the
+ * domain Envoy's ratelimit filter asks for and the descriptors its actions produce — the same
+ * two the local limiter uses. Exactly one matches a request: an IPv4 client (an IPv4-mapped one
+ * already written as its IPv4 in x-edge-client-ip) `[client=v4, client_ip=<address>]`, an IPv6
+ * client `[client=v6, masked_remote_address=<its /64>]` (Envoy writes `2001:db8:3:ffff::/64`).
+ * The TS service (authz/src/ratelimit/) and another implementation's rendered config
+ * (envoy/render/global-rate-limit.ts) both key on these.
+ */
+export const RATE_LIMIT = {
+  domain: 'edge',
+  familyKey: 'client',
+  v4: 'v4',
+  v6: 'v6',
+  v4AddressKey: 'client_ip',
+  v6AddressKey: 'masked_remote_address',
+  /** The prefix an IPv6 client is masked to (one end site). */
+  v6PrefixLength: 64,
+} as const;

@@ -1,0 +1,302 @@
+/**
+ * The global rate limit's service (authz/src/ratelimit/): the client key (the one Envoy's local
+ * limiter uses), the lean codec against the real protos, the Lua token bucket on a private
+ * redis-server (burst, refill, hits_addend, refusals take nothing, keys expire, nothing in the
+ * AOF), and RateLimitService/ShouldRateLimit over gRPC as Envoy calls it: headers from the real
+ * budget, other domains and descriptors unlimited, fail open when Redis is down (counted), late
+ * answers counted, UNAVAILABLE and NOT_SERVING without Redis, health and reflection covering it.
+ */
+import { after, before, describe, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { readdirSync, readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { Writable } from 'node:stream';
+import * as grpc from '@grpc/grpc-js';
+import type { MethodDefinition } from '@grpc/proto-loader';
+import protobuf from 'protobufjs/minimal.js';
+import { Redis } from 'ioredis';
+import { HealthImplementation } from 'grpc-health-check';
+import { loadPackageDefinition, SERVICE_NAMES } from '../../proto/index.ts';
+import { createGrpcServer, type AuthzGrpcServer } from '../src/authz/grpc-server.ts';
+import { ALLOW } from '../src/authz/decision.ts';
+import { createRedis } from '../src/shared/adapters/redis.ts';
+import { createLogger } from '../src/shared/log.ts';
+import { createMetrics, type AuthzMetrics } from '../src/shared/metrics.ts';
+import { clientOf, descriptorClient, RATE_LIMIT_KEY_PREFIX, RedisBuckets, type Buckets } from '../src/ratelimit/bucket.ts';
+import { CODE, decodeRateLimitRequest, encodeRateLimitResponse } from '../src/ratelimit/codec.ts';
+import { createRateLimitHandler, rateLimitService } from '../src/ratelimit/service.ts';
+import { PrivateRedis } from './redis-server.ts';
+
+const logger = createLogger('silent', new Writable({ write: (_c, _e, cb) => cb() }));
+const pd = loadPackageDefinition();
+const method = (pd[SERVICE_NAMES.rateLimit] as Record<string, MethodDefinition<object, object>>)['ShouldRateLimit']!;
+const v4 = (ip: string) => ({ entries: [{ key: 'client', value: 'v4' }, { key: 'client_ip', value: ip }] });
+const v6 = (masked: string) => ({ entries: [{ key: 'client', value: 'v6' }, { key: 'masked_remote_address', value: masked }] });
+
+async function metricValue(metrics: AuthzMetrics, line: string): Promise<number> {
+  const found = (await metrics.registry.metrics()).split('\n').find((l) => l.startsWith(`${line} `));
+  return Number(found?.split(' ').at(-1) ?? NaN);
+}
+
+describe('ratelimit – client key (the key Envoy computes)', () => {
+  test('IPv4 as is; IPv4-mapped (dotted and hex) is its IPv4; IPv6 is its /64 in Envoy\'s form; masked values too', () => {
+    assert.equal(clientOf('192.0.2.7'), '192.0.2.7');
+    assert.equal(clientOf('::ffff:192.0.2.7'), '192.0.2.7');
+    assert.equal(clientOf('::FFFF:c000:0207'), '192.0.2.7');
+    assert.equal(clientOf('2001:db8:3:ffff::1'), '2001:db8:3:ffff::/64');
+    assert.equal(clientOf('2001:0DB8:0003:FFFF:1:2:3:4'), '2001:db8:3:ffff::/64');
+    assert.equal(clientOf('2001:db8:3:ffff::/64'), '2001:db8:3:ffff::/64', 'what Envoy sends');
+    assert.equal(clientOf('2001:db8::1'), '2001:db8::/64');
+    assert.equal(clientOf('2001:0:0:5::9'), '2001:0:0:5::/64');
+    assert.equal(clientOf('::1'), '::/64');
+    assert.equal(clientOf('fe80::1%eth0'), 'fe80::/64');
+    assert.equal(clientOf('::ffff:0:c000:207'), '::/64', 'IPv4-translated (::ffff:0:…) stays IPv6, as in Envoy');
+    for (const bad of ['', 'unknown', '1.2.3.4:80', '[::1]', '2001:db8::1::2']) assert.equal(clientOf(bad), undefined, bad);
+  });
+
+  test('descriptors: exactly [client=v4, client_ip] and [client=v6, masked_remote_address]; anything else is not limited here', () => {
+    assert.equal(descriptorClient(v4('192.0.2.7').entries), '192.0.2.7');
+    assert.equal(descriptorClient(v6('2001:db8:3:ffff::/64').entries), '2001:db8:3:ffff::/64');
+    assert.equal(descriptorClient(v4('::ffff:192.0.2.7').entries), '192.0.2.7', 'an address and its mapped form: one bucket');
+    assert.equal(descriptorClient([{ key: 'client', value: 'v4' }]), undefined);
+    assert.equal(descriptorClient([{ key: 'generic_key', value: 'x' }, { key: 'client_ip', value: '192.0.2.7' }]), undefined);
+    assert.equal(descriptorClient([{ key: 'client', value: 'v6' }, { key: 'client_ip', value: '192.0.2.7' }]), undefined);
+  });
+});
+
+describe('ratelimit – codec against the real rls.proto', () => {
+  test('a RateLimitRequest proto-loader encodes is decoded (domain, descriptors, hits_addend); a descriptor\'s own hits_addend too', () => {
+    const bytes = method.requestSerialize({ domain: 'edge', descriptors: [v4('192.0.2.7'), v6('2001:db8::/64')], hits_addend: 3 });
+    const req = decodeRateLimitRequest(bytes);
+    assert.equal(req.domain, 'edge');
+    assert.equal(req.hitsAddend, 3);
+    assert.deepEqual(req.descriptors.map((d) => d.entries), [v4('192.0.2.7').entries, v6('2001:db8::/64').entries]);
+    // RateLimitDescriptor.hits_addend (field 3, a UInt64Value; newer than the packaged proto).
+    const w = protobuf.Writer.create();
+    w.uint32(18).fork().uint32(10).fork().uint32(10).string('client').uint32(18).string('v4').ldelim()
+      .uint32(26).fork().uint32(8).uint32(7).ldelim().ldelim();
+    assert.equal(decodeRateLimitRequest(Buffer.from(w.finish())).descriptors[0]?.hitsAddend, 7);
+  });
+
+  test('the encoded RateLimitResponse reads back through proto-loader: overall code, statuses, headers', () => {
+    const bytes = encodeRateLimitResponse({
+      overall: CODE.OVER_LIMIT,
+      statuses: [{ code: CODE.OVER_LIMIT, limitPerSecond: 20, remaining: 0, resetMs: 1250 }, { code: CODE.OK }],
+      headers: [['x-ratelimit-limit', '40'], ['x-ratelimit-remaining', '0']],
+    });
+    const res = method.responseDeserialize(bytes) as Record<string, unknown>;
+    assert.equal(res['overall_code'], 2);
+    assert.deepEqual(res['statuses'], [
+      { code: 2, current_limit: { requests_per_unit: 20, unit: 1 }, duration_until_reset: { seconds: '1', nanos: 250_000_000 } },
+      { code: 1 },
+    ]);
+    assert.deepEqual(res['response_headers_to_add'], [{ key: 'x-ratelimit-limit', value: '40' }, { key: 'x-ratelimit-remaining', value: '0' }]);
+  });
+});
+
+describe('ratelimit – the Lua token bucket on Redis', () => {
+  let redis: PrivateRedis;
+  let client: Redis;
+  before(async () => {
+    redis = await PrivateRedis.start();
+    client = createRedis(redis.url);
+    await new Promise((r) => client.once('ready', r));
+  });
+  after(async () => {
+    client?.disconnect();
+    await redis?.stop();
+  });
+
+  test('burst, then refused (a refusal takes nothing), refilled at the rate; hits_addend takes that many', async () => {
+    const b = new RedisBuckets(client, { rpsPerIp: 10, rateBurst: 5 });
+    const takes = [];
+    for (let i = 0; i < 7; i++) takes.push(await b.take('192.0.2.1', 1));
+    assert.deepEqual(takes.map((t) => t.allowed), [true, true, true, true, true, false, false]);
+    assert.deepEqual(takes.slice(0, 5).map((t) => t.remaining), [4, 3, 2, 1, 0]);
+    assert.ok(takes[6]!.untilFullUs > 400_000 && takes[6]!.untilFullUs <= 500_000, `full again in ${takes[6]!.untilFullUs} µs`);
+    await sleep(250);
+    // 10/s for 0.25 s: two tokens back (the refusals took nothing).
+    assert.deepEqual([(await b.take('192.0.2.1', 1)).allowed, (await b.take('192.0.2.1', 1)).allowed, (await b.take('192.0.2.1', 1)).allowed], [true, true, false]);
+    const other = await b.take('192.0.2.2', 4);
+    assert.deepEqual([other.allowed, other.remaining], [true, 1], 'another client, 4 tokens at once');
+    assert.equal((await b.take('192.0.2.2', 2)).allowed, false, 'two more than the one left: refused');
+    assert.equal((await b.take('192.0.2.2', 1)).allowed, true, 'the refused 2 took nothing');
+    assert.equal((await b.take('192.0.2.3', 6)).allowed, false, 'more than the burst at once: never');
+  });
+
+  test('keys expire on their own when the bucket is full again; microsecond TAT survives Lua\'s number printing', async () => {
+    const b = new RedisBuckets(client, { rpsPerIp: 20, rateBurst: 40 });
+    await b.take('192.0.2.9', 1);
+    const pttl = await client.pttl(`${RATE_LIMIT_KEY_PREFIX}192.0.2.9`);
+    assert.ok(pttl > 0 && pttl <= 50, `expires when full again (50 ms): ${pttl}`);
+    const tat = await client.get(`${RATE_LIMIT_KEY_PREFIX}192.0.2.9`);
+    assert.match(tat ?? '', /^[0-9]{16}$/, `TAT in µs, all digits: ${tat}`);
+    await sleep(80);
+    assert.equal(await client.exists(`${RATE_LIMIT_KEY_PREFIX}192.0.2.9`), 0);
+  });
+
+  test('buckets are neither in the append-only file nor replicated (REPL_NONE)', async () => {
+    const b = new RedisBuckets(client, { rpsPerIp: 1, rateBurst: 100 });
+    for (let i = 0; i < 20; i++) await b.take('192.0.2.200', 1);
+    await client.set('edge:test:marker', '1');
+    const aofDir = join(redis.dir, 'appendonlydir');
+    const aof = readdirSync(aofDir).filter((f) => f.includes('.incr.')).map((f) => readFileSync(join(aofDir, f), 'latin1')).join('');
+    assert.ok(aof.includes('edge:test:marker'), 'the AOF records ordinary writes');
+    assert.ok(!aof.includes('192.0.2.200'), 'but no bucket');
+  });
+});
+
+describe('ratelimit – RateLimitService/ShouldRateLimit over gRPC', () => {
+  let redis: PrivateRedis;
+  let redisClient: Redis;
+  let server: AuthzGrpcServer;
+  let port: number;
+  let metrics: AuthzMetrics;
+  let client: grpc.Client;
+  const call = (req: object, deadlineMs = 2000): Promise<Record<string, unknown>> => new Promise((resolve, reject) => {
+    client.makeUnaryRequest(method.path, method.requestSerialize, method.responseDeserialize, req, { deadline: Date.now() + deadlineMs },
+      (err, res) => (err ? reject(err) : resolve(res as Record<string, unknown>)));
+  });
+  const headers = (res: Record<string, unknown>): Record<string, string> =>
+    Object.fromEntries(((res['response_headers_to_add'] ?? []) as { key: string; value: string }[]).map((h) => [h.key, h.value]));
+
+  before(async () => {
+    redis = await PrivateRedis.start();
+    redisClient = createRedis(redis.url);
+    await new Promise((r) => redisClient.once('ready', r));
+    metrics = createMetrics({ geoipBuildEpochSecs: () => 0, defaultMetrics: false });
+    // 1 token per second: the sequences below finish well inside one refill.
+    const limits = { rpsPerIp: 1, rateBurst: 40 };
+    server = createGrpcServer({
+      evaluate: () => ALLOW, observe: () => {}, onError: () => {},
+      services: [rateLimitService({ buckets: new RedisBuckets(redisClient, limits), limits, metrics, logger })],
+    });
+    port = await server.listen('127.0.0.1', 0);
+    server.setServing(true);
+    client = new grpc.Client(`127.0.0.1:${port}`, grpc.credentials.createInsecure());
+  });
+  after(async () => {
+    client?.close();
+    await server?.close(0);
+    redisClient?.disconnect();
+    await redis?.stop();
+  });
+
+  test('as Envoy asks: a burst of 40 answered OK with the x-ratelimit headers of the global budget, then OVER_LIMIT', async () => {
+    const answers = await Promise.all(Array.from({ length: 42 }, () => call({ domain: 'edge', descriptors: [v4('198.51.100.1')] })));
+    answers.sort((a, b) => Number(headers(b)['x-ratelimit-remaining']) - Number(headers(a)['x-ratelimit-remaining']) || Number(a['overall_code']) - Number(b['overall_code']));
+    assert.deepEqual(answers.map((a) => a['overall_code']), [...Array<number>(40).fill(1), 2, 2]);
+    assert.deepEqual(headers(answers[0]!), { 'x-ratelimit-limit': '40', 'x-ratelimit-remaining': '39', 'x-ratelimit-reset': '1' });
+    assert.deepEqual(headers(answers[41]!), { 'x-ratelimit-limit': '40', 'x-ratelimit-remaining': '0', 'x-ratelimit-reset': '1' });
+    const status = (answers[41]!['statuses'] as Record<string, unknown>[])[0]!;
+    assert.equal(status['code'], 2);
+    assert.deepEqual(status['current_limit'], { requests_per_unit: 1, unit: 1 });
+    assert.ok(await metricValue(metrics, 'edge_ratelimit_decisions_total{code="over_limit"}') >= 2);
+  });
+
+  test('an IPv6 client is its /64 and a mapped address is its IPv4, whichever descriptor carries it; hits_addend is honoured', async () => {
+    assert.equal(headers(await call({ domain: 'edge', descriptors: [v6('2001:db8:7:1::/64')] }))['x-ratelimit-remaining'], '39');
+    assert.equal(headers(await call({ domain: 'edge', descriptors: [v6('2001:db8:7:1::abcd/128')] }))['x-ratelimit-remaining'], '38');
+    assert.equal(headers(await call({ domain: 'edge', descriptors: [v4('198.51.100.2')], hits_addend: 10 }))['x-ratelimit-remaining'], '30');
+    assert.equal(headers(await call({ domain: 'edge', descriptors: [v6('::ffff:198.51.100.2/64')] }))['x-ratelimit-remaining'], '29');
+  });
+
+  test('another domain or an unknown descriptor: OK with no limit and no headers', async () => {
+    const other = await call({ domain: 'other', descriptors: [v4('198.51.100.1')] });
+    assert.equal(other['overall_code'], 1);
+    assert.deepEqual(headers(other), {});
+    const unknown = await call({ domain: 'edge', descriptors: [{ entries: [{ key: 'generic_key', value: 'x' }] }] });
+    assert.deepEqual([unknown['overall_code'], unknown['statuses']], [1, [{ code: 1 }]]);
+  });
+
+  test('health and reflection cover it: SERVING while the server serves, NOT_SERVING when sealed', async () => {
+    const healthPd = loadPackageDefinition()['grpc.health.v1.Health'] as Record<string, MethodDefinition<object, object>>;
+    const check = healthPd['Check']!;
+    const ask = (service: string): Promise<number> => new Promise((resolve, reject) => {
+      client.makeUnaryRequest(check.path, check.requestSerialize, check.responseDeserialize, { service }, (err, res) => (err ? reject(err) : resolve((res as { status: number }).status)));
+    });
+    assert.equal(await ask(SERVICE_NAMES.rateLimit), 1);
+    server.setServing(false);
+    assert.equal(await ask(SERVICE_NAMES.rateLimit), 2);
+    server.setServing(true);
+    assert.ok(server.health instanceof HealthImplementation);
+  });
+
+  test('Redis down: answered OK at once without headers (fail open), counted; back: limited again', async () => {
+    const errorsBefore = await metricValue(metrics, 'edge_ratelimit_redis_errors_total');
+    await redis.stop();
+    const t0 = Date.now();
+    const down = await call({ domain: 'edge', descriptors: [v4('198.51.100.1')] });
+    assert.ok(Date.now() - t0 < 50, 'no wait for Redis');
+    assert.deepEqual([down['overall_code'], headers(down)], [1, {}]);
+    assert.equal(await metricValue(metrics, 'edge_ratelimit_redis_errors_total'), errorsBefore + 1);
+    assert.ok(await metricValue(metrics, 'edge_ratelimit_decisions_total{code="fail_open"}') >= 1);
+    await redis.resume();
+    const end = Date.now() + 10_000;
+    while (redisClient.status !== 'ready' && Date.now() < end) await sleep(50);
+    const back = await call({ domain: 'edge', descriptors: [v4('198.51.100.3')] });
+    assert.equal(headers(back)['x-ratelimit-remaining'], '39');
+  });
+});
+
+describe('ratelimit – without Redis, and late answers', () => {
+  test('no Redis: UNAVAILABLE (Envoy lets the request through) and health NOT_SERVING for the service', async () => {
+    const metrics = createMetrics({ geoipBuildEpochSecs: () => 0, defaultMetrics: false });
+    const server = createGrpcServer({
+      evaluate: () => ALLOW, observe: () => {}, onError: () => {},
+      services: [rateLimitService({ buckets: undefined, limits: { rpsPerIp: 20, rateBurst: 40 }, metrics, logger })],
+    });
+    const port = await server.listen('127.0.0.1', 0);
+    server.setServing(true);
+    const client = new grpc.Client(`127.0.0.1:${port}`, grpc.credentials.createInsecure());
+    try {
+      const err = await new Promise<grpc.ServiceError | null>((resolve) => {
+        client.makeUnaryRequest(method.path, method.requestSerialize, method.responseDeserialize, { domain: 'edge', descriptors: [v4('192.0.2.1')] }, (e) => resolve(e));
+      });
+      assert.equal(err?.code, grpc.status.UNAVAILABLE);
+      assert.match(err?.details ?? '', /REDIS_URL/);
+      const health = (loadPackageDefinition()['grpc.health.v1.Health'] as Record<string, MethodDefinition<object, object>>)['Check']!;
+      const status = await new Promise<number>((resolve, reject) => {
+        client.makeUnaryRequest(health.path, health.requestSerialize, health.responseDeserialize, { service: SERVICE_NAMES.rateLimit }, (e, r) => (e ? reject(e) : resolve((r as { status: number }).status)));
+      });
+      assert.equal(status, 2, 'NOT_SERVING');
+    } finally {
+      client.close();
+      await server.close(0);
+    }
+  });
+
+  test('an answer ready after the caller\'s deadline is counted as late', async () => {
+    const metrics = createMetrics({ geoipBuildEpochSecs: () => 0, defaultMetrics: false });
+    const slow: Buckets = { take: async () => { await sleep(150); return { allowed: true, remaining: 1, untilFullUs: 1 }; } };
+    const server = createGrpcServer({
+      evaluate: () => ALLOW, observe: () => {}, onError: () => {},
+      services: [rateLimitService({ buckets: slow, limits: { rpsPerIp: 20, rateBurst: 40 }, metrics, logger })],
+    });
+    const port = await server.listen('127.0.0.1', 0);
+    server.setServing(true);
+    const client = new grpc.Client(`127.0.0.1:${port}`, grpc.credentials.createInsecure());
+    try {
+      const err = await new Promise<grpc.ServiceError | null>((resolve) => {
+        client.makeUnaryRequest(method.path, method.requestSerialize, method.responseDeserialize, { domain: 'edge', descriptors: [v4('192.0.2.1')] },
+          { deadline: Date.now() + 50 }, (e) => resolve(e));
+      });
+      assert.equal(err?.code, grpc.status.DEADLINE_EXCEEDED);
+      await sleep(200);
+      assert.equal(await metricValue(metrics, 'edge_ratelimit_late_total'), 1);
+    } finally {
+      client.close();
+      await server.close(0);
+    }
+  });
+
+  test('the handler alone: several descriptors, the tightest one writes the headers; over limit wins', async () => {
+    const metrics = createMetrics({ geoipBuildEpochSecs: () => 0, defaultMetrics: false });
+    const buckets: Buckets = { take: async (client) => (client === '192.0.2.1' ? { allowed: true, remaining: 30, untilFullUs: 500_000 } : { allowed: false, remaining: 0, untilFullUs: 2_000_000 }) };
+    const decide = createRateLimitHandler({ buckets, limits: { rpsPerIp: 20, rateBurst: 40 }, metrics, logger });
+    const res = await decide({ domain: 'edge', descriptors: [{ ...v4('192.0.2.1'), hitsAddend: undefined }, { ...v4('192.0.2.2'), hitsAddend: undefined }], hitsAddend: 0 });
+    assert.equal(res.overall, CODE.OVER_LIMIT);
+    assert.deepEqual(res.headers, [['x-ratelimit-limit', '40'], ['x-ratelimit-remaining', '0'], ['x-ratelimit-reset', '1']]);
+  });
+});

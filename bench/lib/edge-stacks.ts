@@ -1,0 +1,206 @@
+/**
+ * The processes of `npm run bench:edge`, started, given one market and checked end to end
+ * before anything is measured. Five stacks, each its own Envoy (one worker: the machine has
+ * 2 vCPUs for everything, the load generator included):
+ *   (1) bare Envoy: renderEnvoy's production bootstrap with every HTTP filter but the router and
+ *       every per-route filter config removed (`bare()`): same listener, routes, clusters,
+ *       upstream mTLS and access log; no rate limit, no ext_authz, no order-body filter;
+ *   (2) the production bootstrap (rate limit, client-address header, ext_authz, the order-body Lua
+ *       filter on orders) with the `authz` cluster pointed at the allow-all floor
+ *       (bench/edge-floor-server.ts), which hands an order's payload over as metadata;
+ *   (3) the full edge: the production bootstrap against the real TS process (authz/src/main.ts on
+ *       Redis, with the service's runtime settings), `allowedHeaders: 'minimal'` (the default);
+ *   (3*) as (3) with `allowedHeaders: 'all'` (every request header sent to authz);
+ *   (4) as (3) with the global rate limit (RATE_LIMIT_SCOPE=global): after its local bucket Envoy
+ *       asks the same TS process's RateLimitService, a Lua token bucket in the same Redis.
+ * (1)–(3*) are rendered with RATE_LIMIT_SCOPE=local (the default with REDIS_URL is global).
+ * Shared upstreams: the TS process's market service (its MARKET_PORT, also (3)'s authz) and the
+ * demo mTLS order backend (bench/edge-backend.ts). RPS_PER_IP = RATE_BURST = 10^6, so the limiter
+ * runs on every request but never throttles the one load-generator address.
+ */
+import { createHash, generateKeyPairSync, randomBytes } from 'node:crypto';
+import { writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { fileURLToPath } from 'node:url';
+import YAML from 'yaml';
+import { loadConfig } from '../../authz/src/shared/config.ts';
+import { withServiceRuntime } from '../../authz/src/shared/runtime-env.ts';
+import { freePort, PrivateRedis } from '../../authz/test/redis-server.ts';
+import { envoyBinary } from '../../envoy/envoy-bin.ts';
+import { renderEnvoy } from '../../envoy/render.ts';
+import { generateDevPki } from '../../scripts/dev/certs.ts';
+import { signedIngest } from '../../scripts/edge-client.ts';
+import { forkNode, spawnProgram, type Child } from './child.ts';
+import { redisPid } from './env.ts';
+
+export type Ep = 'markets' | 'orders';
+export const MARKETS_PATH = '/v1/markets';
+export const ORDERS_PATH = '/v1/orders';
+
+/**
+ * What a browser-like client sends besides the request line: 7 headers, ~560 bytes (a session
+ * cookie, user agent, accept-*). The same on every stack; it is what `allowedHeaders: 'all'`
+ * forwards to authz and `'minimal'` keeps out.
+ */
+export const CLIENT_HEADERS: Readonly<Record<string, string>> = {
+  'user-agent': 'Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/131.0.0.0 Safari/537.36',
+  accept: 'application/json, text/plain, */*',
+  'accept-language': 'en-US,en;q=0.9,de;q=0.8',
+  'accept-encoding': 'gzip, deflate, br, zstd',
+  cookie: `session=${randomBytes(32).toString('hex')}; theme=dark; _ga=GA1.1.${randomBytes(6).readUIntBE(0, 6)}.1763700000; consent=${randomBytes(48).toString('base64url')}`,
+  referer: 'https://app.example.com/markets/trending?tab=all&sort=volume',
+  origin: 'https://app.example.com',
+};
+
+export interface Stack {
+  readonly name: '1' | '2' | '3' | '3*' | '4';
+  readonly label: string;
+  readonly port: number;
+  readonly envoy: Child;
+  readonly adminPort: number;
+  /** The ext_authz process: the floor for (2), the TS process for (3)/(3*)/(4), none for (1). */
+  readonly authzPid: number | undefined;
+}
+
+export interface Edge {
+  readonly stacks: readonly Stack[];
+  /** The processes every stack shares. */
+  readonly pids: { readonly ts: number; readonly floor: number; readonly backend: number; readonly redis: number };
+  /** The order request body (256-byte payload) as a file for h2load. */
+  readonly orderFile: string;
+  /** Bytes of the read's response (one market). */
+  readonly readBytes: number;
+  stop(): Promise<void>;
+}
+
+/** Removes every HTTP filter but the router, and every per-route filter config: stack (1). */
+function bare(node: unknown): unknown {
+  if (Array.isArray(node)) return node.map(bare);
+  if (node === null || typeof node !== 'object') return node;
+  const out: Record<string, unknown> = {};
+  for (const [k, v] of Object.entries(node)) {
+    if (k === 'typed_per_filter_config') continue;
+    out[k] = k === 'http_filters' && Array.isArray(v) ? v.filter((f: { name?: string }) => f.name === 'envoy.filters.http.router') : bare(v);
+  }
+  return out;
+}
+
+async function waitHttp(url: string): Promise<void> {
+  for (let i = 0; i < 300; i++) {
+    try {
+      if ((await fetch(url)).status < 500) return;
+    } catch { /* not yet */ }
+    await sleep(50);
+  }
+  throw new Error(`not up: ${url}`);
+}
+
+/** Starts Redis, the backend, the floor, the TS process and the five Envoys in `dir`; ingests one market through (3). */
+export async function startEdge(dir: string, log: (m: string) => void): Promise<Edge> {
+  const children: Child[] = [];
+  const redis = await PrivateRedis.start();
+  const stop = async (): Promise<void> => {
+    for (const c of children.reverse()) await c.stop();
+    await redis.stop();
+  };
+  try {
+    const pki = generateDevPki(join(dir, 'pki'));
+    const backend = await forkNode(fileURLToPath(new URL('../edge-backend.ts', import.meta.url)), {
+      env: { ...process.env, PORT: String(await freePort()), CERT: pki.backendCertFile, KEY: pki.backendKeyFile, CLIENT_CA: pki.clientCaFile },
+      logFile: join(dir, 'backend.log'),
+    });
+    children.push(backend);
+    const floor = await forkNode(fileURLToPath(new URL('../edge-floor-server.ts', import.meta.url)), { logFile: join(dir, 'floor.log') });
+    children.push(floor);
+
+    const hmacKey = randomBytes(32);
+    const feed = generateKeyPairSync('ed25519');
+    const feedPub = Buffer.from(feed.publicKey.export({ format: 'jwk' }).x ?? '', 'base64url').toString('hex');
+    const [grpcPort, marketPort, adminPort] = [await freePort(), await freePort(), await freePort()];
+    const base: Record<string, string> = {
+      AUTHZ_GRPC_PORT: String(grpcPort), MARKET_PORT: String(marketPort), AUTHZ_ADMIN_PORT: String(adminPort),
+      REDIS_URL: redis.url, RPS_PER_IP: '1000000', RATE_BURST: '1000000', LOG_LEVEL: 'warn',
+      ORDER_BACKEND_URL: `https://localhost:${backend.port}`, ORDER_BACKEND_CA_FILE: pki.backendCaFile,
+      EDGE_CLIENT_CERT_FILE: pki.clientCertFile, EDGE_CLIENT_KEY_FILE: pki.clientKeyFile,
+    };
+    const ts = spawnProgram(fileURLToPath(new URL('../../scripts/node', import.meta.url)), [fileURLToPath(new URL('../../authz/src/main.ts', import.meta.url))], {
+      env: withServiceRuntime({ ...process.env, ...base, EDGE_INGEST_HMAC: `hex:${hmacKey.toString('hex')}`, EDGE_FEED_ED25519_PUBLIC_KEY: feedPub }),
+      logFile: join(dir, 'authz.log'),
+    });
+    children.push(ts);
+    await waitHttp(`http://127.0.0.1:${marketPort}/`);
+
+    const stacks: Stack[] = [];
+    const sdsPath = join(dir, 'sds.yaml');
+    const variants = [
+      ['1', '(1) bare Envoy', grpcPort, undefined],
+      ['2', '(2) filters + allow-all authz (floor)', floor.port, floor.pid],
+      ['3', '(3) full edge', grpcPort, ts.pid],
+      ['3*', '(3*) full edge, `allowedHeaders: all`', grpcPort, ts.pid],
+      ['4', '(4) full edge + global rate limit', grpcPort, ts.pid],
+    ] as const;
+    for (const [name, label, authzPort, authzPid] of variants) {
+      const [port, envoyAdmin] = [await freePort(), await freePort()];
+      const config = loadConfig({
+        ...base, EDGE_PORT: String(port), ENVOY_ADMIN_PORT: String(envoyAdmin), AUTHZ_GRPC_PORT: String(authzPort),
+        RATE_LIMIT_SCOPE: name === '4' ? 'global' : 'local',
+      });
+      // The access log is formatted and written as in production, to /dev/null instead of stdout.
+      const rendered = renderEnvoy(config, { sdsPath, allowedHeaders: name === '3*' ? 'all' : 'minimal', accessLogPath: '/dev/null' });
+      const file = join(dir, `envoy-${port}.yaml`);
+      writeFileSync(file, name === '1' ? YAML.stringify(bare(YAML.parse(rendered.bootstrap))) : rendered.bootstrap);
+      if (rendered.sds !== undefined) writeFileSync(sdsPath, rendered.sds);
+      const envoy = spawnProgram(envoyBinary(), ['-c', file, '--disable-hot-restart', '--concurrency', '1', '-l', 'error'], { logFile: join(dir, `envoy-${name}.log`) });
+      children.push(envoy);
+      stacks.push({ name, label, port, envoy, adminPort: envoyAdmin, authzPid });
+    }
+    for (const s of stacks) await waitHttp(`http://127.0.0.1:${s.port}/healthz`);
+
+    // One market, ingested (HMAC + Ed25519 signed, as the feed does) through the full edge.
+    const market = '0xbench';
+    const doc = Buffer.from(JSON.stringify({
+      conditionId: market, seq: 1, question: 'bench?', active: true, closed: false, minSize: '1', maxSize: '1000',
+      outcomes: [{ tokenId: '1', name: 'Yes', bid: '0.5', ask: '0.6', last: '0.55' }], updatedAt: 1,
+    }));
+    const ingest = signedIngest(doc, market, hmacKey, feed.privateKey);
+    const through = stacks.find((s) => s.name === '3') as Stack;
+    const ing = await fetch(`http://127.0.0.1:${through.port}/internal/ingest/market`, { method: 'POST', body: new Uint8Array(ingest.body), headers: ingest.headers });
+    if (ing.status !== 200) throw new Error(`ingest failed: ${ing.status} ${await ing.text()}`);
+    const payload = randomBytes(256);
+    const orderJson = JSON.stringify({ marketId: market, deadline: Math.floor(Date.now() / 1000) + 3600, size: '10', payload: payload.toString('base64') });
+    const orderFile = join(dir, 'order.json');
+    writeFileSync(orderFile, orderJson);
+
+    // Preflight through every stack: the read returns the market; the backend receives the decoded
+    // 256 payload bytes when the order-body filter runs, (1) forwards the JSON untouched.
+    const sha = (b: string | Buffer): string => createHash('sha256').update(b).digest('hex');
+    let readBytes = 0;
+    for (const s of stacks) {
+      const r = await fetch(`http://127.0.0.1:${s.port}${MARKETS_PATH}`, { headers: CLIENT_HEADERS });
+      const text = await r.text();
+      if (r.status !== 200 || !text.includes(market)) throw new Error(`preflight ${s.label} read: ${r.status} ${text.slice(0, 200)}`);
+      readBytes = Buffer.byteLength(text);
+      const o = await fetch(`http://127.0.0.1:${s.port}${ORDERS_PATH}`, { method: 'POST', body: orderJson, headers: { ...CLIENT_HEADERS, 'content-type': 'application/json' } });
+      const got = (await o.json()) as { bytes?: number; sha256?: string };
+      const want = s.name === '1' ? { bytes: Buffer.byteLength(orderJson), sha256: sha(orderJson) } : { bytes: 256, sha256: sha(payload) };
+      if (o.status !== 200 || got.bytes !== want.bytes || got.sha256 !== want.sha256) throw new Error(`preflight ${s.label} order: ${o.status} ${JSON.stringify(got)}`);
+    }
+    log('preflight ok: every stack reads the market and delivers the order as expected');
+    const redisProc = redisPid(redis.url);
+    if (redisProc === undefined) throw new Error('the private redis-server has no /proc entry');
+    return { stacks, pids: { ts: ts.pid, floor: floor.pid, backend: backend.pid, redis: redisProc }, orderFile, readBytes, stop };
+  } catch (err) {
+    await stop();
+    throw err;
+  }
+}
+
+/** Envoy's non-zero error counters (anything but a 2xx, by its own stats), as `name: value` lines. */
+export async function envoyErrors(s: Stack): Promise<string[]> {
+  // ratelimit.failure_mode_allowed: a request the global limit let through unasked (the service
+  // slower than its timeout): it would flatter (4)'s throughput, so it is reported.
+  const bad = /(downstream_rq_[45]xx|upstream_rq_[45]\d\d|upstream_cx_destroy_remote_with_active_rq|upstream_rq_pending_overflow|ext_authz\.(error|denied|failure_mode_allowed)|ratelimit\.(error|over_limit|failure_mode_allowed)|lua\.errors|rate_limited)/;
+  const text = await (await fetch(`http://127.0.0.1:${s.adminPort}/stats`)).text();
+  return text.split('\n').filter((l) => bad.test(l) && !/: 0$/.test(l));
+}

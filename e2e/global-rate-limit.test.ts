@@ -1,0 +1,98 @@
+/**
+ * The global rate limit across replicas (RATE_LIMIT_SCOPE=global, the default with Redis): two
+ * complete edges — two real Envoys, two TS services — on one redis-server, a client alternating
+ * between them. Every request is judged by each Envoy's own bucket first and then by the TS
+ * service's bucket in Redis (docs/envoy.md §3).
+ *
+ * Local processes only, by design (e2e/lib/stack.ts with `redisUrl`, not the driver): the
+ * containers driver gives every stack its own Redis container on its own network, and two edges
+ * on one Redis is a property of the configuration, which the local processes run unchanged. The
+ * same two-edge stack is scenario 12 of `npm run reliability` (e2e/reliability/global-rate-limit.ts);
+ * its short variant is the last test here.
+ */
+import { after, before, test } from 'node:test';
+import assert from 'node:assert/strict';
+import {
+  BURST, bound, burst, counter, failedOpen, GLOBAL_SHORT, globalAgain, globalRateLimit, hit, RPS, startTwoEdges, steady, type TwoEdges,
+} from './reliability/global-rate-limit.ts';
+
+let two: TwoEdges;
+let pids: number[] = [];
+
+before(async () => {
+  two = await startTwoEdges();
+  pids = two.edges.flatMap((s) => s.pids());
+});
+after(async () => {
+  await two?.stop();
+});
+
+// Every bound below allows, on top of one bucket, the requests that failed open meanwhile (a call
+// past Envoy's 100-ms timeout on a loaded machine; counted by Envoy and reported): 0 in a quiet run.
+test('two edges on one Redis: a client alternating between them gets at most RATE_BURST + RPS_PER_IP × t in all, all at once or at 3 × its rate', async (t) => {
+  let open = await failedOpen(two);
+  const all = await burst(two, '192.0.2.21', 120);
+  let opened = (await failedOpen(two)) - open;
+  t.diagnostic(`at once: ${all.total} of 120 allowed in ${all.seconds} s (per edge ${all.allowed.join('/')}; bound ${bound(all.seconds)}; failed open ${opened})`);
+  assert.deepEqual([...all.statuses].sort(), [200, 429]);
+  assert.ok(all.total >= BURST && all.total <= bound(all.seconds) + opened, `${all.total} allowed in ${all.seconds} s`);
+  assert.ok(all.allowed[0] > 0 && all.allowed[1] > 0, 'both edges served the client');
+  // 60 req/s for 3 s: each edge sees 90, which its own bucket (40 + 20 × 3) would all let through;
+  // the global bucket holds the sum to one burst and its refill.
+  open = await failedOpen(two);
+  const stream = await steady(two, '192.0.2.22', 3 * RPS, 3000);
+  opened = (await failedOpen(two)) - open;
+  t.diagnostic(`steady: ${stream.total} of ${stream.sent} allowed in ${stream.seconds} s (per edge ${stream.allowed.join('/')}; bound ${bound(stream.seconds)} in all; failed open ${opened})`);
+  assert.ok(stream.total <= bound(stream.seconds) + opened, `${stream.total} allowed in ${stream.seconds} s`);
+  assert.ok(stream.sent - stream.total >= 10, 'the stream was limited');
+});
+
+test('another client is unaffected: an IPv4 address and an IPv6 /64 get 200 on both edges while the first is limited; one /64 is one client', async () => {
+  const others = ['192.0.2.24', '2001:db8:3:51::7'];
+  const [first, ...rest] = await Promise.all([
+    burst(two, '192.0.2.23', 100),
+    ...others.map((ip) => Promise.all([hit(two, 0, ip), hit(two, 1, ip), hit(two, 0, ip), hit(two, 1, ip)])),
+  ]);
+  assert.ok(first!.sent - first!.total >= 50, `the first client is limited: ${first!.total} of 100`);
+  for (const [i, hits] of rest.entries()) assert.deepEqual(hits.map((h) => h.status), [200, 200, 200, 200], others[i]);
+  // One /64, any address in it, any edge: one bucket.
+  const t0 = Date.now();
+  const v6 = await Promise.all(Array.from({ length: 80 }, (_, i) => hit(two, (i % 2) as 0 | 1, `2001:db8:3:52::${(i + 1).toString(16)}`)));
+  const ok = v6.filter((h) => h.status === 200).length;
+  assert.ok(ok >= BURST && ok <= bound((Date.now() - t0) / 1000), `one /64 over two edges: ${ok} of 80`);
+});
+
+test('Redis stopped: each edge falls back to its own limit (no 5xx; each edge ≤ its bucket, together more than one), counted; Redis back: global again', async (t) => {
+  const before = await Promise.all(two.edges.map((s) => counter(s, 'edge_ratelimit_redis_errors_total')));
+  await two.redis.stop();
+  try {
+    const down = await burst(two, '192.0.2.25', 120);
+    t.diagnostic(`Redis down: ${down.total} of 120 allowed in ${down.seconds} s (per edge ${down.allowed.join('/')}; per-edge bound ${bound(down.seconds)})`);
+    assert.deepEqual([...down.statuses].filter((s) => s !== 200 && s !== 429), [], 'only 200 and 429');
+    for (const e of [0, 1] as const) assert.ok(down.allowed[e] >= BURST && down.allowed[e] <= bound(down.seconds), `edge ${e}: ${down.allowed[e]}`);
+    assert.ok(down.total > bound(down.seconds), 'more than one bucket in all: the local limits held, the global one was off');
+    const after = await Promise.all(two.edges.map((s) => counter(s, 'edge_ratelimit_redis_errors_total')));
+    for (const e of [0, 1]) assert.ok(after[e]! > before[e]!, `edge ${e}'s TS service counted its fail-open answers`);
+  } finally {
+    await two.redis.resume();
+  }
+  const ms = await globalAgain(two, 10_000);
+  t.diagnostic(`global again ${ms} ms after Redis was back`);
+  const open = await failedOpen(two);
+  const back = await burst(two, '192.0.2.26', 120);
+  const opened = (await failedOpen(two)) - open;
+  assert.ok(back.total >= BURST && back.total <= bound(back.seconds) + opened, `Redis back: ${back.total} allowed in ${back.seconds} s (failed open ${opened})`);
+});
+
+test('reliability 12 (short): 100 req/s alternating plus a light client, Redis up → down → back', async (t) => {
+  const row = await globalRateLimit(two, GLOBAL_SHORT);
+  t.diagnostic(`${row.outcome} | ${row.recovery}`);
+});
+
+test('nothing left behind: every process of both edges and the Redis gone after stop', async () => {
+  await two.stop();
+  const alive = pids.filter((pid) => { try { process.kill(pid, 0); return true; } catch { return false; } });
+  assert.deepEqual(alive, []);
+  assert.equal((await fetch(`${two.edges[0].edgeUrl}/`).then(() => 'answered', () => 'closed')), 'closed');
+  two = undefined as unknown as TwoEdges;
+});

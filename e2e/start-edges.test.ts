@@ -1,0 +1,407 @@
+/**
+ * The local stack's edges, through the real `npm start` (npm, its `sh -c`, scripts/start.ts) on
+ * fresh ports and a fresh run directory (DEV_RUN_DIR) each:
+ *   - a bad setting: one line naming it, exit code 2, nothing started (every case at once);
+ *   - SIGTERM/SIGINT to the npm pid, to its process group, and `timeout`: the whole stack stops,
+ *     in order (no Redis errors from the TS service), every port free, no process left;
+ *   - supervision: the TS service, Redis and the demo backend killed are restarted (503 JSON
+ *     meanwhile, 200 again within 10 s); Envoy killed ends the stack; a second `npm start` names
+ *     the running one; a misspelled setting is a warning naming the nearest one;
+ *   - the `npm start` procedures of docs/operations.md, run as written (HMAC rotation with
+ *     .run/dev.env kept current, client-certificate rotation, GeoIP replacement);
+ *   - the first start says what it installs.
+ */
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { execFile, spawn, type ChildProcess } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import { cpSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { connect } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { promisify } from 'node:util';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { fileURLToPath } from 'node:url';
+import { freePort } from '../authz/test/redis-server.ts';
+
+const ROOT = fileURLToPath(new URL('../', import.meta.url));
+const NODE = join(ROOT, 'scripts', 'node');
+const PORT_SETTINGS = ['EDGE_PORT', 'AUTHZ_GRPC_PORT', 'MARKET_PORT', 'AUTHZ_ADMIN_PORT', 'ENVOY_ADMIN_PORT', 'DEV_REDIS_PORT', 'DEV_BACKEND_PORT'] as const;
+type Ports = Record<(typeof PORT_SETTINGS)[number], number>;
+
+function portOpen(port: number): Promise<boolean> {
+  return new Promise((resolve) => {
+    const sock = connect(port, '127.0.0.1', () => { sock.destroy(); resolve(true); });
+    sock.on('error', () => resolve(false));
+  });
+}
+
+/** Processes of a stack: their command line or environment names its run directory. */
+function stackProcesses(runDir: string): { pid: number; cmd: string }[] {
+  const out: { pid: number; cmd: string }[] = [];
+  for (const d of readdirSync('/proc')) {
+    if (!/^\d+$/.test(d) || Number(d) === process.pid) continue;
+    try {
+      const cmd = readFileSync(`/proc/${d}/cmdline`, 'utf8').replaceAll('\0', ' ');
+      const env = readFileSync(`/proc/${d}/environ`, 'utf8');
+      if (cmd.includes(runDir) || env.includes(`DEV_RUN_DIR=${runDir}\0`)) out.push({ pid: Number(d), cmd });
+    } catch { /* gone, or not ours */ }
+  }
+  return out;
+}
+
+interface Fresh { readonly runDir: string; readonly ports: Ports; readonly env: Record<string, string> }
+
+async function fresh(extra: Record<string, string> = {}): Promise<Fresh> {
+  const runDir = mkdtempSync(join(tmpdir(), 'edge-start-'));
+  const ports = Object.fromEntries(await Promise.all(PORT_SETTINGS.map(async (k) => [k, await freePort()] as const))) as Ports;
+  const env: Record<string, string> = { ...process.env as Record<string, string>, DEV_RUN_DIR: runDir, LOG_LEVEL: 'warn', SHUTDOWN_GRACE_MS: '1000' };
+  for (const k of ['REDIS_URL', 'ORDER_BACKEND_URL', 'EDGE_INGEST_HMAC', 'EDGE_INGEST_HMAC_PREVIOUS', 'EDGE_FEED_ED25519_PUBLIC_KEY', 'EDGE_FEED_ED25519_KEY', 'GEOIP_DB', 'NODE_TEST_CONTEXT']) delete env[k];
+  for (const [k, v] of Object.entries(ports)) env[k] = String(v);
+  return { runDir, ports, env: { ...env, ...extra } };
+}
+
+/** A process whose output is collected; its own process group (so the group can be signalled). */
+class Proc {
+  out = '';
+  readonly exited: Promise<number | null>;
+  readonly child: ChildProcess;
+  constructor(child: ChildProcess) {
+    this.child = child;
+    child.stdout?.on('data', (d: Buffer) => { this.out += d.toString(); });
+    child.stderr?.on('data', (d: Buffer) => { this.out += d.toString(); });
+    this.exited = new Promise((resolve) => child.once('exit', (code) => resolve(code)));
+  }
+  static npm(env: Record<string, string>, args: string[] = ['npm', 'start']): Proc {
+    return new Proc(spawn(args[0]!, args.slice(1), { cwd: ROOT, env, stdio: ['ignore', 'pipe', 'pipe'], detached: true }));
+  }
+  static bash(script: string, env: Record<string, string>): Proc {
+    return new Proc(spawn('bash', ['-c', script], { cwd: ROOT, env, stdio: ['ignore', 'pipe', 'pipe'], detached: true }));
+  }
+  async waitFor(re: RegExp, ms: number): Promise<void> {
+    const end = Date.now() + ms;
+    while (!re.test(this.out) && Date.now() < end && this.child.exitCode === null) await sleep(50);
+    assert.match(this.out, re);
+  }
+  async exit(ms: number): Promise<number | null> {
+    const timer = new AbortController();
+    const code = await Promise.race([this.exited, sleep(ms, 'timeout', { signal: timer.signal }).catch(() => 'aborted')]);
+    timer.abort();
+    assert.notEqual(code, 'timeout', `did not exit within ${ms} ms:\n${this.out}`);
+    return code as number | null;
+  }
+  /** The lines our scripts printed (npm's banner and warnings left out). */
+  lines(): string[] {
+    return this.out.split('\n').filter((l) => l !== '' && !l.startsWith('> ') && !/^npm (warn|error|notice)/.test(l));
+  }
+}
+
+/** Nothing of the stack is left: no process names its run directory, every port is closed. */
+async function nothingLeft(f: Fresh): Promise<void> {
+  let procs = stackProcesses(f.runDir);
+  for (let i = 0; i < 30 && procs.length > 0; i++) {
+    await sleep(100);
+    procs = stackProcesses(f.runDir);
+  }
+  assert.deepEqual(procs.map((p) => p.cmd), [], 'no process of the stack is left');
+  for (const [k, port] of Object.entries(f.ports)) assert.equal(await portOpen(port), false, `${k} ${port} is closed`);
+}
+
+/** Kills whatever a failed test left behind (the processes of its own run directory only). */
+function cleanUp(f: Fresh): void {
+  for (const p of stackProcesses(f.runDir)) {
+    try {
+      process.kill(p.pid, 'SIGKILL');
+    } catch { /* gone */ }
+  }
+  rmSync(f.runDir, { recursive: true, force: true });
+}
+
+const keysOf = (file: string): Record<string, string> => Object.fromEntries(readFileSync(file, 'utf8').split('\n')
+  .filter((l) => /^[A-Z0-9_]+=/.test(l)).map((l) => [l.slice(0, l.indexOf('=')), l.slice(l.indexOf('=') + 1)]));
+
+/** scripts/edge-client.ts with these keys: its output (`<status> <body>`), whatever the status. */
+async function client(f: Fresh, keys: Record<string, string>, ...args: string[]): Promise<{ stdout: string }> {
+  try {
+    return await promisify(execFile)(NODE, [join(ROOT, 'scripts/edge-client.ts'), ...args], { cwd: ROOT, env: { ...f.env, ...keys, EDGE_PORT: String(f.ports.EDGE_PORT) } });
+  } catch (err) {
+    return { stdout: String((err as { stdout?: string }).stdout ?? err) };
+  }
+}
+
+/** The lines a clean stop must not print: the TS service's Redis errors, errors, a child killed. */
+function assertCleanStop(out: string, graceMs: number): void {
+  const stop = out.slice(out.indexOf('npm start: stopping'));
+  assert.ok(stop.length > 0, out);
+  assert.doesNotMatch(stop, /ECONNREFUSED|redis error|"level":(50|60)|did not stop within|\[error\]/, stop);
+  const secs = Number(/npm start: stopped in ([0-9.]+) s/.exec(stop)?.[1]);
+  assert.ok(secs < graceMs / 1000 + 1.5, `stopped in ${secs} s (grace ${graceMs} ms):\n${stop}`);
+}
+
+test('npm start: each bad setting ends it before anything starts, with one line naming the variable, exit code 2, nothing left', { timeout: 60_000 }, async () => {
+  const cases: [Record<string, string>, string | RegExp][] = [
+    [{ EDGE_PORT: 'abc' }, 'EDGE_PORT: expected an integer in [0, 65535], got "abc"'],
+    [{ RPS_PER_IP: '-1' }, 'RPS_PER_IP: expected an integer in [1, 1000000], got "-1"'],
+    [{ RATE_BURST: '0' }, 'RATE_BURST: expected an integer in [1, 10000000], got "0"'],
+    [{ RATE_LIMIT_SCOPE: 'cluster' }, 'RATE_LIMIT_SCOPE: expected "global" or "local", got "cluster"'],
+    [{ RATE_LIMIT_SCOPE: 'local', RATELIMIT_SERVICE_ADDRESS: '127.0.0.1:8091' }, 'RATELIMIT_SERVICE_ADDRESS: expected unset with RATE_LIMIT_SCOPE=local (only the global limit calls a rate limit service), got "127.0.0.1:8091"'],
+    [{ GEO_UNKNOWN: 'maybe' }, 'GEO_UNKNOWN: expected "block" or "allow", got "maybe"'],
+    [{ BLOCKED_COUNTRIES: 'XX1' }, 'BLOCKED_COUNTRIES: expected ISO 3166-1 alpha-2 codes, comma-separated, got "XX1"'],
+    [{ LOG_LEVEL: 'loud' }, 'LOG_LEVEL: expected trace|debug|info|warn|error|fatal|silent, got "loud"'],
+    [{ AUTHZ_WORKERS: '0' }, 'AUTHZ_WORKERS: expected an integer in [1, 64], got "0"'],
+    [{ NONCE_TTL_SECS: '10' }, 'NONCE_TTL_SECS: expected at least 2 × REPLAY_WINDOW_SECS (600), got "10"'],
+    [{ ORDER_BACKEND_URL: 'http://backend' }, 'ORDER_BACKEND_URL: expected https://host:port (no path), got "http://backend"'],
+    [{ EDGE_INGEST_HMAC: 'short' }, /^EDGE_INGEST_HMAC: expected .*32 bytes/],
+    [{ DEV_REDIS_PORT: '0' }, 'DEV_REDIS_PORT: expected an integer in [1, 65535], got "0"'],
+    [{ DEV_BACKEND_PORT: 'x' }, 'DEV_BACKEND_PORT: expected an integer in [0, 65535], got "x"'],
+    [{ EDGE_PORT: '0' }, 'EDGE_PORT: expected a port in [1, 65535] for npm start, got "0"'],
+    [{ STRICT_SETTINGS: '1', RATE_LIMIT_RPS: '-1' }, 'RATE_LIMIT_RPS: expected a known setting (STRICT_SETTINGS=1 refuses unknown ones); did you mean RATE_LIMIT_SCOPE?'],
+    [{ STRICT_SETTINGS: 'yes' }, 'STRICT_SETTINGS: expected 1 or 0, got "yes"'],
+  ];
+  const runs = await Promise.all(cases.map(async ([setting, line]) => ({ setting, line, f: await fresh(setting) })));
+  // Ports given twice: the second setting is named.
+  const dup = await fresh();
+  dup.env['MARKET_PORT'] = String(dup.ports.EDGE_PORT);
+  runs.push({ setting: { MARKET_PORT: 'EDGE_PORT' }, line: `MARKET_PORT: expected a port other than EDGE_PORT's, got "${dup.ports.EDGE_PORT}"`, f: dup });
+  try {
+    const t0 = Date.now();
+    const procs = runs.map((r) => Proc.npm(r.f.env));
+    const codes = await Promise.all(procs.map((p) => p.exit(30_000)));
+    const elapsed = Date.now() - t0;
+    for (const [i, r] of runs.entries()) {
+      const what = JSON.stringify(r.setting);
+      assert.equal(codes[i], 2, `${what}: exit code\n${procs[i]!.out}`);
+      const lines = procs[i]!.lines();
+      assert.equal(lines.length, 1, `${what}: one line, no stack trace:\n${procs[i]!.out}`);
+      if (typeof r.line === 'string') assert.equal(lines[0], `npm start: ${r.line}`, what);
+      else assert.match(lines[0]!.replace(/^npm start: /, ''), r.line, what);
+      assert.ok(!existsSync(join(r.f.runDir, 'redis')) && !existsSync(join(r.f.runDir, 'start.pid')), `${what}: nothing was started`);
+    }
+    for (const r of runs) await nothingLeft(r.f);
+    process.stdout.write(`# ${runs.length} bad settings refused in ${elapsed} ms (in parallel)\n`);
+  } finally {
+    for (const r of runs) cleanUp(r.f);
+  }
+});
+
+test('npm start: SIGTERM or SIGINT to the npm pid or to its process group, and `timeout`, stop the whole stack in order; every port free, no process left', { timeout: 120_000 }, async () => {
+  const ways: [string, (p: Proc) => void, string[] | undefined, number | null][] = [
+    ['SIGTERM to the npm pid', (p) => p.child.kill('SIGTERM'), undefined, 0],
+    ['SIGINT to the npm pid', (p) => p.child.kill('SIGINT'), undefined, 0],
+    ['SIGTERM to its process group', (p) => process.kill(-p.child.pid!, 'SIGTERM'), undefined, 0],
+    ['SIGINT to its process group (Ctrl-C)', (p) => process.kill(-p.child.pid!, 'SIGINT'), undefined, 0],
+    ['timeout 15 npm start', () => undefined, ['timeout', '15', 'npm', 'start'], 124],
+  ];
+  const runs = await Promise.all(ways.map(async ([name, send, cmd, code]) => ({ name, send, code, f: await fresh(), cmd })));
+  try {
+    const procs = runs.map((r) => Proc.npm(r.f.env, r.cmd));
+    await Promise.all(procs.map((p) => p.waitFor(/start: READY/, 14_000)));
+    for (const [i, r] of runs.entries()) {
+      assert.equal((await fetch(`http://127.0.0.1:${r.f.ports.EDGE_PORT}/healthz`)).status, 200, r.name);
+      r.send(procs[i]!);
+    }
+    const codes = await Promise.all(procs.map((p) => p.exit(30_000)));
+    for (const [i, r] of runs.entries()) {
+      assert.equal(codes[i], r.code, `${r.name}: exit code\n${procs[i]!.out}`);
+      assertCleanStop(procs[i]!.out, 1000);
+      await nothingLeft(r.f);
+    }
+  } finally {
+    for (const r of runs) cleanUp(r.f);
+  }
+});
+
+test('npm start supervises: the TS service, Redis and the demo backend are restarted (503 JSON meanwhile, 200 again within 10 s); a second npm start names the running one; Envoy\'s exit ends the stack', { timeout: 120_000 }, async () => {
+  const f = await fresh({ RATE_LIMIT_RPS: '-1' });
+  const stack = Proc.npm(f.env);
+  try {
+    await stack.waitFor(/start: READY/, 60_000);
+    const edge = `http://127.0.0.1:${f.ports.EDGE_PORT}`;
+    // A misspelled setting: a warning naming the nearest one; the TS service never sees it.
+    assert.match(stack.out, /npm start: warning: RATE_LIMIT_RPS is not a setting \(did you mean RATE_LIMIT_SCOPE\?\); it is ignored/);
+    const procs = () => stackProcesses(f.runDir);
+    const pidOf = (re: RegExp): number => {
+      const p = procs().filter((x) => re.test(x.cmd));
+      assert.equal(p.length, 1, `${re}: ${procs().map((x) => x.cmd).join('\n')}`);
+      return p[0]!.pid;
+    };
+    assert.doesNotMatch(readFileSync(`/proc/${pidOf(/authz\/src\/main\.ts/)}/environ`, 'utf8'), /RATE_LIMIT_RPS/);
+    const startPid = pidOf(/scripts\/start\.ts/);
+
+    // A second npm start: on the same run directory, then on the same ports from another one.
+    const again = Proc.npm(f.env);
+    assert.equal(await again.exit(20_000), 2, again.out);
+    assert.match(again.lines().at(-1) ?? '', new RegExp(`^npm start: a stack is already running from ${f.runDir} \\(pid ${startPid}, ${edge}\\); stop it first`));
+    const otherDir = mkdtempSync(join(tmpdir(), 'edge-start-'));
+    const elsewhere = Proc.npm({ ...f.env, DEV_RUN_DIR: otherDir });
+    assert.equal(await elsewhere.exit(20_000), 2, elsewhere.out);
+    assert.match(elsewhere.lines().at(-1) ?? '', new RegExp(`^npm start: a stack is already running on these ports \\(pid ${startPid}\\): EDGE_PORT ${f.ports.EDGE_PORT}, AUTHZ_GRPC_PORT`));
+    rmSync(otherDir, { recursive: true, force: true });
+    assert.equal((await fetch(`${edge}/healthz`)).status, 200, 'the running stack is untouched');
+
+    const keys = keysOf(join(f.runDir, 'dev.env'));
+    assert.match((await client(f, keys, 'demo-ingest', '0xsup')).stdout, /^200 /);
+    const order = async (): Promise<string> => {
+      writeFileSync(join(f.runDir, 'o.bin'), randomBytes(32));
+      return (await client(f, keys, 'order', '0xsup', '1', join(f.runDir, 'o.bin'))).stdout;
+    };
+    assert.match(await order(), /^200 /);
+
+    // The TS service killed: Envoy answers 503 JSON until it is back, then 200 within 10 s.
+    process.kill(pidOf(/authz\/src\/main\.ts/), 'SIGKILL');
+    const killedAt = Date.now();
+    const seen: number[] = [];
+    let unavailable: unknown;
+    while (Date.now() - killedAt < 10_000) {
+      const r = await fetch(`${edge}/v1/markets`);
+      seen.push(r.status);
+      if (r.status === 503) unavailable = await r.json();
+      else await r.arrayBuffer();
+      if (r.status === 200 && unavailable !== undefined) break;
+      await sleep(20);
+    }
+    assert.deepEqual(unavailable, { error: 'service_unavailable', message: (unavailable as { message?: string } | undefined)?.message }, `503 JSON while down: ${seen.join(',')}`);
+    assert.equal(seen.at(-1), 200, `200 again within 10 s: ${seen.join(',')}`);
+    process.stdout.write(`# TS service killed: 200 again after ${Date.now() - killedAt} ms\n`);
+    await stack.waitFor(/npm start: the TS service exited \(signal SIGKILL\); restarting it in 0\.5 s \(restart 1\)\n(.|\n)*npm start: the TS service is back/, 10_000);
+
+    // Redis killed: restarted with its data; ingests work again.
+    process.kill(pidOf(/redis-server/), 'SIGKILL');
+    await stack.waitFor(/npm start: redis-server exited \(signal SIGKILL\); restarting it in 0\.5 s \(restart 1\)\n(.|\n)*npm start: redis-server is back/, 10_000);
+    let ingest = '';
+    for (let i = 0; i < 50 && !ingest.startsWith('200'); i++) {
+      ingest = (await client(f, keys, 'demo-ingest', '0xsup2')).stdout;
+      if (!ingest.startsWith('200')) await sleep(200);
+    }
+    assert.match(ingest, /^200 /);
+    const markets = await (await fetch(`${edge}/v1/markets?conditionId=0xsup`)).json() as { markets: unknown[] };
+    assert.equal(markets.markets.length, 1, 'the market stored before the crash is still there (append-only file)');
+
+    // The demo backend killed: restarted; orders reach it again.
+    process.kill(pidOf(/order-backend-main\.ts/), 'SIGKILL');
+    await stack.waitFor(/npm start: the demo backend exited \(signal SIGKILL\); restarting it in 0\.5 s \(restart 1\)\n(.|\n)*npm start: the demo backend is back/, 10_000);
+    let ordered = '';
+    for (let i = 0; i < 50 && !ordered.startsWith('200'); i++) {
+      ordered = await order();
+      if (!ordered.startsWith('200')) await sleep(200);
+    }
+    assert.match(ordered, /^200 /);
+
+    // Envoy's exit ends the stack.
+    process.kill(pidOf(/envoy -c/), 'SIGKILL');
+    assert.equal(await stack.exit(20_000), 1, stack.out);
+    assert.match(stack.out, /npm start: Envoy exited \(signal SIGKILL\); stopping the stack/);
+    await nothingLeft(f);
+  } finally {
+    cleanUp(f);
+  }
+});
+
+/** A fenced ```sh block of docs/operations.md that starts with `first` (the doc's text, run as written). */
+function docBlock(first: string): string {
+  const doc = readFileSync(join(ROOT, 'docs/operations.md'), 'utf8');
+  const block = [...doc.matchAll(/^( *)```sh\n([\s\S]*?)^\1```$/gm)].map((m) => m[2]!.split('\n').map((l) => l.slice(m[1]!.length)).join('\n'))
+    .find((b) => b.startsWith(first));
+  assert.ok(block !== undefined, `docs/operations.md has a sh block starting with ${first}`);
+  return block;
+}
+
+test('docs/operations.md, npm start forms, run as written: HMAC rotation keeps .run/dev.env current, client-certificate rotation, GeoIP replacement (good and corrupt)', { timeout: 180_000 }, async () => {
+  const f = await fresh({ GEOIP_RELOAD_INTERVAL_MS: '100', ORDER_BACKEND_MAX_CONN_SECS: '1' });
+  /** The doc's paths and ports are the defaults: this run's instead. */
+  const ours = (block: string): string => block.replaceAll('.run/', `${f.runDir}/`)
+    .replaceAll('127.0.0.1:9901', `127.0.0.1:${f.ports.ENVOY_ADMIN_PORT}`).replaceAll('127.0.0.1:9464', `127.0.0.1:${f.ports.AUTHZ_ADMIN_PORT}`);
+  const stopStack = async (p: Proc): Promise<void> => {
+    process.kill(-p.child.pid!, 'SIGINT');
+    assert.equal(await p.exit(20_000), 0, p.out);
+  };
+  try {
+    // A first start writes dev.env with the first key.
+    let stack = Proc.npm(f.env);
+    await stack.waitFor(/start: READY/, 60_000);
+    await stopStack(stack);
+    const first = keysOf(join(f.runDir, 'dev.env'));
+    const oldKey = first['EDGE_INGEST_HMAC']!;
+
+    // Rotation, step 1: new key current, old key previous.
+    stack = Proc.bash(ours(docBlock('old=$(sed -n')), f.env);
+    await stack.waitFor(/start: READY/, 60_000);
+    assert.match(stack.out, /now holds the ingest HMAC key\(s\) this stack runs with/);
+    const rotated = keysOf(join(f.runDir, 'dev.env'));
+    assert.match(rotated['EDGE_INGEST_HMAC']!, /^hex:[0-9a-f]{64}$/);
+    assert.notEqual(rotated['EDGE_INGEST_HMAC'], oldKey, 'dev.env holds the new key');
+    assert.equal(rotated['EDGE_INGEST_HMAC_PREVIOUS'], oldKey, 'and the old one as previous');
+    assert.equal(rotated['EDGE_FEED_ED25519_KEY'], first['EDGE_FEED_ED25519_KEY'], 'the rest of dev.env is kept');
+    assert.match((await client(f, rotated, 'demo-ingest', '0xrot1')).stdout, /^200 /, 'the banner\'s dev.env signs with the current key');
+    assert.match((await client(f, { ...rotated, EDGE_INGEST_HMAC: oldKey }, 'demo-ingest', '0xrot2')).stdout, /^200 /, 'the old key is still accepted');
+    await stopStack(stack);
+
+    // A plain restart keeps the rotation as it is.
+    stack = Proc.npm(f.env);
+    await stack.waitFor(/start: READY/, 60_000);
+    assert.match((await client(f, { ...rotated, EDGE_INGEST_HMAC: oldKey }, 'demo-ingest', '0xrot3')).stdout, /^200 /);
+    await stopStack(stack);
+
+    // Step 3: the previous key emptied, in the service and in dev.env.
+    stack = Proc.bash(ours(docBlock('EDGE_INGEST_HMAC_PREVIOUS= npm start')), f.env);
+    await stack.waitFor(/start: READY/, 60_000);
+    const ended = keysOf(join(f.runDir, 'dev.env'));
+    assert.equal(ended['EDGE_INGEST_HMAC'], rotated['EDGE_INGEST_HMAC']);
+    assert.equal(ended['EDGE_INGEST_HMAC_PREVIOUS'], undefined);
+    assert.match((await client(f, ended, 'demo-ingest', '0xrot4')).stdout, /^200 /);
+    assert.match((await client(f, { ...ended, EDGE_INGEST_HMAC: oldKey }, 'demo-ingest', '0xrot5')).stdout, /^401 .*unauthorized/, 'the retired key is refused');
+
+    // Client certificate: issued and published while the stack runs; Envoy loads it; new
+    // connections to the backend present it.
+    writeFileSync(join(f.runDir, 'o.bin'), randomBytes(32));
+    assert.match((await client(f, ended, 'order', '0xrot1', '1', join(f.runDir, 'o.bin'))).stdout, /^200 /);
+    await stack.waitFor(/"clientCert":"edge-client-1"/, 5000);
+    const sdsUpdates = async (): Promise<number> => Number(/ssl_context_update_by_sds: (\d+)/.exec(
+      await (await fetch(`http://127.0.0.1:${f.ports.ENVOY_ADMIN_PORT}/stats?filter=client_ssl_socket_factory.ssl_context_update_by_sds`)).text())?.[1]);
+    const before = await sdsUpdates();
+    const rotate = Proc.bash(ours(docBlock('npm start -- --rotate-client-cert')), f.env);
+    assert.equal(await rotate.exit(30_000), 0, rotate.out);
+    assert.match(rotate.out, /npm start: published client-\d+ \(CN=edge-client-\d+\)/);
+    assert.match(rotate.out, /client_ssl_socket_factory\.ssl_context_update_by_sds: \d+/, 'the doc\'s grep finds the counter');
+    for (let i = 0; i < 20 && (await sdsUpdates()) === before; i++) await sleep(100);
+    assert.equal(await sdsUpdates(), before + 1, 'Envoy loaded the new certificate');
+    await sleep(1100); // ORDER_BACKEND_MAX_CONN_SECS=1: the next order opens a new connection
+    assert.match((await client(f, ended, 'order', '0xrot1', '1', join(f.runDir, 'o.bin'))).stdout, /^200 /);
+    await stack.waitFor(/"clientCert":"edge-client-\d{6,}"/, 5000);
+
+    // GeoIP: a good replacement is loaded, a corrupt one refused (the old one keeps serving).
+    assert.ok(existsSync(join(f.runDir, 'geoip/country.mmdb')), 'npm start serves a copy under the run directory');
+    const reloads = async (): Promise<string> => (await (await fetch(`http://127.0.0.1:${f.ports.AUTHZ_ADMIN_PORT}/metrics`)).text())
+      .split('\n').filter((l) => l.startsWith('edge_geoip_reloads_total')).join(' ');
+    assert.equal(await reloads(), 'edge_geoip_reloads_total{result="ok"} 0 edge_geoip_reloads_total{result="failed"} 0');
+    const good = Proc.bash(ours(docBlock('cp node_modules/')), f.env);
+    assert.equal(await good.exit(10_000), 0, good.out);
+    for (let i = 0; i < 30 && !(await reloads()).includes('{result="ok"} 1'); i++) await sleep(100);
+    assert.equal(await reloads(), 'edge_geoip_reloads_total{result="ok"} 1 edge_geoip_reloads_total{result="failed"} 0');
+    const bad = Proc.bash(ours(docBlock('head -c 4096 /dev/urandom')), f.env);
+    assert.equal(await bad.exit(10_000), 0, bad.out);
+    for (let i = 0; i < 30 && !(await reloads()).includes('{result="failed"} 1'); i++) await sleep(100);
+    assert.equal(await reloads(), 'edge_geoip_reloads_total{result="ok"} 1 edge_geoip_reloads_total{result="failed"} 1');
+    assert.equal((await fetch(`http://127.0.0.1:${f.ports.EDGE_PORT}/healthz`)).status, 200, 'the previous database keeps serving');
+    await stopStack(stack);
+    assertCleanStop(stack.out, 1000);
+    await nothingLeft(f);
+  } finally {
+    cleanUp(f);
+  }
+});
+
+test('npm start on a fresh clone says what it installs before the ~20 s of pip', { timeout: 30_000 }, async () => {
+  const pkg = JSON.parse(readFileSync(join(ROOT, 'package.json'), 'utf8')) as { scripts: Record<string, string> };
+  const clone = mkdtempSync(join(tmpdir(), 'edge-clone-'));
+  try {
+    mkdirSync(join(clone, 'scripts'));
+    cpSync(join(ROOT, 'scripts/setup.sh'), join(clone, 'scripts/setup.sh'));
+    // No .venv yet; a Python that fails at once stands for the install (nothing is downloaded).
+    const p = new Proc(spawn('sh', ['-c', pkg.scripts['start']!], { cwd: clone, env: { ...process.env, PYTHON: 'false' }, stdio: ['ignore', 'pipe', 'pipe'] }));
+    assert.notEqual(await p.exit(20_000), 0);
+    assert.match(p.lines()[0] ?? '', /^npm start: first run: installing Envoy, grpcurl and Node 24 into \.venv\//, p.out);
+  } finally {
+    rmSync(clone, { recursive: true, force: true });
+  }
+});

@@ -1,0 +1,35 @@
+/**
+ * The HTTP filter chain, in order. Each filter lives with its concern; this file only decides
+ * which run and in what order.
+ */
+import type { Config } from '../../authz/src/shared/config.ts';
+import { headerMutationFilter, xffGuardFilter } from './client-address.ts';
+import { typedExtension, type RenderOptions, type TypedExtension } from './common.ts';
+import { extAuthzFilter, ingestHeadersFilter } from './ext-authz.ts';
+import { bodyBufferFilter, globalRateLimitFilter } from './global-rate-limit.ts';
+import { FILTER, TYPE_URL } from './names.ts';
+import { orderBodyFilter } from './order-body.ts';
+import { rateLimitFilter } from './rate-limit.ts';
+
+/**
+ * header_mutation → XFF guard (trusted hops only) → local_ratelimit → ext_authz ingest header
+ * phase (disabled; the ingest route enables it) → [global scope: body buffer (disabled; orders and
+ * ingest enable it) → ratelimit] → ext_authz → order-body Lua (disabled; the orders route enables
+ * it) → router.
+ */
+export function httpFilters(config: Config, opts: RenderOptions): TypedExtension[] {
+  return [
+    // header_mutation first: the XFF guard and the rate limit read the address it writes.
+    headerMutationFilter(config),
+    ...(config.xffNumTrustedHops > 0 ? [xffGuardFilter()] : []),
+    rateLimitFilter(config),
+    ingestHeadersFilter(config, opts),
+    // The global limit after the local one (a burst on this replica never costs a round trip), and
+    // after a body is whole (global-rate-limit.ts bodyBufferFilter: 413 before anything waits).
+    ...(config.rateLimitScope === 'global' ? [bodyBufferFilter(config), globalRateLimitFilter(config)] : []),
+    extAuthzFilter(config, opts),
+    orderBodyFilter(),
+    // suppress_envoy_headers: responses never advertise x-envoy-upstream-service-time etc.
+    typedExtension(FILTER.router, TYPE_URL.router, { suppress_envoy_headers: true }),
+  ];
+}

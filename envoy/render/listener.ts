@@ -1,0 +1,82 @@
+/**
+ * The listener and its HttpConnectionManager: codec, client address, request ids, path
+ * normalisation, timeouts, and where the filter chain, routes, local replies and access log
+ * plug in.
+ */
+import type { Config } from '../../authz/src/shared/config.ts';
+import { accessLog } from './access-log.ts';
+import { duration, overwriteHeader, socketAddress, typedExtension, type JsonObject, type RenderOptions, type TypedExtension } from './common.ts';
+import { httpFilters } from './filters.ts';
+import { localReplyConfig } from './local-replies.ts';
+import { CLIENT_IP_HEADER, CLIENT_PORT_HEADER, FILTER, TYPE_URL } from './names.ts';
+import { routes, STREAM_IDLE_TIMEOUT_MS } from './routes.ts';
+
+/** The HttpConnectionManager with its filter chain, routes and local replies. */
+export function httpConnectionManager(config: Config, opts: RenderOptions): TypedExtension {
+  return typedExtension(FILTER.hcm, TYPE_URL.hcm, {
+    stat_prefix: 'edge',
+    codec_type: 'AUTO',
+    // The client address is the TCP peer, or the XFF entry XFF_NUM_TRUSTED_HOPS from the right.
+    use_remote_address: true,
+    xff_num_trusted_hops: config.xffNumTrustedHops,
+    // X-Forwarded-For stays as the client sent it while the filters run (the XFF guard needs to
+    // see whether one was sent); upstreams get exactly the decided address (virtual host below).
+    skip_xff_append: true,
+    // The listener is plaintext: `:scheme` and x-forwarded-proto say http whatever a client sends
+    // (an absolute-form https:// target, a forged X-Forwarded-Proto through a trusted hop).
+    scheme_header_transformation: { scheme_to_overwrite: 'http' },
+    // No client address is "internal" (internal requests keep client-sent x-envoy-* and
+    // x-request-id headers). An empty list means "RFC1918 + loopback" to Envoy, so the list
+    // holds the one address that can never be a peer: 0.0.0.0/32.
+    internal_address_config: { unix_sockets: false, cidr_ranges: [{ address_prefix: '0.0.0.0', prefix_len: 32 }] },
+    generate_request_id: true,
+    preserve_external_request_id: false,
+    // The client learns the id the backend can deduplicate on (a 504 is "outcome unknown").
+    always_set_request_id_in_response: true,
+    normalize_path: true,
+    merge_slashes: true,
+    // Nobody needs %2F or %5C in our paths; rejecting beats two parties disagreeing on them.
+    path_with_escaped_slashes_action: 'REJECT_REQUEST',
+    server_header_transformation: 'OVERWRITE',
+    server_name: 'edge',
+    request_headers_timeout: '10s',
+    request_timeout: '60s',
+    stream_idle_timeout: duration(STREAM_IDLE_TIMEOUT_MS),
+    drain_timeout: '5s',
+    common_http_protocol_options: {
+      idle_timeout: '300s',
+      headers_with_underscores_action: 'DROP_HEADER',
+    },
+    http2_protocol_options: {
+      max_concurrent_streams: 100,
+      initial_stream_window_size: 65_536,
+      initial_connection_window_size: 1_048_576,
+    },
+    access_log: [accessLog(opts.accessLogPath)],
+    local_reply_config: localReplyConfig(config),
+    route_config: {
+      name: 'edge',
+      virtual_hosts: [{
+        name: 'edge',
+        domains: ['*'],
+        routes: routes(config),
+        // Upstreams see the edge's view of the client only: one X-Forwarded-For entry, the address
+        // geo and the rate limit used (CONTRACT §5); no client-chosen entries.
+        request_headers_to_add: [overwriteHeader('x-forwarded-for', `%REQ(${CLIENT_IP_HEADER})%`)],
+        request_headers_to_remove: [CLIENT_PORT_HEADER],
+      }],
+    },
+    http_filters: httpFilters(config, opts),
+  });
+}
+
+/** The one listener: plaintext HTTP/1.1 and HTTP/2 on EDGE_PORT. */
+export function listener(config: Config, opts: RenderOptions): JsonObject {
+  return {
+    name: 'edge',
+    address: socketAddress('0.0.0.0', config.edgePort),
+    // Edge best practice; the per-route body limits raise the stream buffer where needed.
+    per_connection_buffer_limit_bytes: 32_768,
+    filter_chains: [{ filters: [httpConnectionManager(config, opts)] }],
+  };
+}

@@ -1,0 +1,92 @@
+/**
+ * Every name the rendered config, the authz service and the tests must agree on: headers,
+ * paths, filters, clusters, routes, the SDS secret, and the `@type` URL of every typed config.
+ * One home per name; the other files import them from here.
+ */
+import { HEADER, PATHS } from '../../authz/src/shared/contract.ts';
+
+// ─── Headers and paths (the route contract with the service: authz/src/shared/contract.ts) ─────────
+
+/** The client address Envoy decided (header_mutation writes it; geo and the rate limit read it). */
+export const CLIENT_IP_HEADER = HEADER.clientIp;
+/** The port Envoy gave that address: 0 when it came from X-Forwarded-For (the XFF guard reads it). */
+export const CLIENT_PORT_HEADER = HEADER.clientPort;
+
+/** Request headers the authz service reads (authz/src/authz/codec/request.ts), plus content-type. */
+export const AUTHZ_HEADERS = [HEADER.clientIp, HEADER.timestamp, HEADER.nonce, HEADER.signature, HEADER.requestId, 'content-type'] as const;
+
+export const INGEST_PATH = PATHS.ingest;
+export const ORDERS_PATH = PATHS.orders;
+/** The order backend's own path (SPEC: the backend operation is `POST /orders`). */
+export const BACKEND_ORDERS_PATH = '/orders';
+
+// ─── Resources ─────────────────────────────────────────────────────────────────────────────
+
+export const CLUSTER = { authz: 'authz', market: 'market', orderBackend: 'order_backend', rateLimit: 'ratelimit' } as const;
+export type ClusterName = (typeof CLUSTER)[keyof typeof CLUSTER];
+
+export const ROUTE = {
+  ingest: 'ingest',
+  ingestMethod: 'ingest_method_not_allowed',
+  internal: 'internal_not_found',
+  orders: 'orders',
+  ordersNoBackend: 'orders_no_backend',
+  ordersMethod: 'orders_method_not_allowed',
+  read: 'read',
+} as const;
+export type RouteName = (typeof ROUTE)[keyof typeof ROUTE];
+
+export const FILTER = {
+  hcm: 'envoy.filters.network.http_connection_manager',
+  rateLimit: 'envoy.filters.http.local_ratelimit',
+  /** The global limit: asks the RateLimitService (RATE_LIMIT_SCOPE=global only). */
+  globalRateLimit: 'envoy.filters.http.ratelimit',
+  /**
+   * Whole-body buffer before the global limit (RATE_LIMIT_SCOPE=global only; disabled, switched
+   * on by the orders and ingest routes with their body limit): 413 before anything waits.
+   */
+  bodyBuffer: 'envoy.filters.http.buffer',
+  headerMutation: 'envoy.filters.http.header_mutation',
+  xffGuard: 'envoy.filters.http.rbac',
+  extAuthz: 'envoy.filters.http.ext_authz',
+  /** A second ext_authz filter, enabled on the ingest route only: the header phase (no body). */
+  ingestHeaders: 'edge.ext_authz.ingest_headers',
+  lua: 'envoy.filters.http.lua',
+  router: 'envoy.filters.http.router',
+} as const;
+/** The name of an HTTP filter in the chain (what typed_per_filter_config is keyed on). */
+export type HttpFilterName = Exclude<(typeof FILTER)[keyof typeof FILTER], typeof FILTER.hcm>;
+
+/** Name of the SDS secret holding the edge's client certificate. */
+export const CLIENT_CERT_SECRET = 'edge_client_cert';
+/** The Lua source (LuaPerRoute.name) that turns an order envelope into its payload bytes. */
+export const ORDER_BODY_LUA = 'order_body';
+/** The XFF guard's RBAC policy; a local-reply mapper matches its denial by this name. */
+export const XFF_POLICY = 'malformed_xff';
+
+// ─── Type URLs ─────────────────────────────────────────────────────────────────────────────
+
+export const TYPE_URL = {
+  hcm: 'type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager',
+  localRateLimit: 'type.googleapis.com/envoy.extensions.filters.http.local_ratelimit.v3.LocalRateLimit',
+  rateLimit: 'type.googleapis.com/envoy.extensions.filters.http.ratelimit.v3.RateLimit',
+  buffer: 'type.googleapis.com/envoy.extensions.filters.http.buffer.v3.Buffer',
+  bufferPerRoute: 'type.googleapis.com/envoy.extensions.filters.http.buffer.v3.BufferPerRoute',
+  headerMutation: 'type.googleapis.com/envoy.extensions.filters.http.header_mutation.v3.HeaderMutation',
+  extAuthz: 'type.googleapis.com/envoy.extensions.filters.http.ext_authz.v3.ExtAuthz',
+  extAuthzPerRoute: 'type.googleapis.com/envoy.extensions.filters.http.ext_authz.v3.ExtAuthzPerRoute',
+  lua: 'type.googleapis.com/envoy.extensions.filters.http.lua.v3.Lua',
+  rbac: 'type.googleapis.com/envoy.extensions.filters.http.rbac.v3.RBAC',
+  dnsCluster: 'type.googleapis.com/envoy.extensions.clusters.dns.v3.DnsCluster',
+  celFormatter: 'type.googleapis.com/envoy.extensions.formatter.cel.v3.Cel',
+  luaPerRoute: 'type.googleapis.com/envoy.extensions.filters.http.lua.v3.LuaPerRoute',
+  router: 'type.googleapis.com/envoy.extensions.filters.http.router.v3.Router',
+  fileAccessLog: 'type.googleapis.com/envoy.extensions.access_loggers.file.v3.FileAccessLog',
+  stdoutAccessLog: 'type.googleapis.com/envoy.extensions.access_loggers.stream.v3.StdoutAccessLog',
+  celFilter: 'type.googleapis.com/envoy.extensions.access_loggers.filters.cel.v3.ExpressionFilter',
+  httpOptions: 'type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions',
+  upstreamTls: 'type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext',
+  secret: 'type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.Secret',
+  connLimit: 'type.googleapis.com/envoy.extensions.resource_monitors.downstream_connections.v3.DownstreamConnectionsConfig',
+} as const;
+export type TypeUrl = (typeof TYPE_URL)[keyof typeof TYPE_URL];
