@@ -16,6 +16,18 @@ export interface GeoLookup {
   lookup(ip: string): GeoRecord | null;
 }
 
+/**
+ * The GeoIP2 Anonymous IP flags, in bit order (bit i of AnonymizerLookup.flags = flag i).
+ * MaxMind sets `is_anonymous` when any of VPN, hosting provider, public proxy or Tor exit is set.
+ */
+export const ANONYMIZER_FLAGS = ['is_anonymous', 'is_anonymous_vpn', 'is_hosting_provider', 'is_public_proxy', 'is_tor_exit_node', 'is_residential_proxy'] as const;
+export type AnonymizerFlag = (typeof ANONYMIZER_FLAGS)[number];
+
+/** Looks up an address in the anonymizer database: its flags as a bit set, 0 for no record. */
+export interface AnonymizerLookup {
+  flags(ip: string): number;
+}
+
 /** Outcome of recording a nonce. */
 export type NonceResult = 'recorded' | 'replay';
 

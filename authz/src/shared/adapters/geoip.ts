@@ -3,14 +3,11 @@
  *
  * Reads both record layouts: MaxMind GeoIP2/GeoLite2 (`country.iso_code`, falling back to
  * `registered_country.iso_code` only when `country` is absent; `subdivisions[].iso_code`)
- * and ip-location-db (`country_code`). The file is polled; a replaced file is loaded
- * into a new Reader and swapped in atomically (in-flight lookups finish on the old one).
- * A corrupt replacement is refused: the old database keeps serving, and it is logged and
- * counted.
+ * and ip-location-db (`country_code`). The file is polled and swapped in when it changes; a
+ * corrupt replacement is refused and the old database keeps serving (adapters/mmdb-file.ts).
  */
-import { readFileSync, statSync, type Stats } from 'node:fs';
-import { Reader, type Response } from 'maxmind';
 import type { GeoLookup, GeoRecord } from '../ports.ts';
+import { WatchedMmdb, type MmdbEvents } from './mmdb-file.ts';
 
 interface RawRecord {
   country?: { iso_code?: string };
@@ -31,69 +28,18 @@ export function toGeoRecord(raw: RawRecord): GeoRecord {
   return Object.freeze({ country, regions });
 }
 
-export interface GeoDatabaseEvents {
-  onReload?: (ok: boolean, path: string, err?: unknown) => void;
-}
-
-/**
- * mmdb-lib caches decoded records by data offset. A country database has a few hundred
- * distinct records, so a Map that is simply cleared when full is enough, and it makes the
- * same record object come back for every address that shares it (see #derived below).
- */
-function boundedCache(max: number): { get(k: string | number): unknown; set(k: string | number, v: unknown): void } {
-  const m = new Map<string | number, unknown>();
-  return {
-    get: (k) => m.get(k),
-    set: (k, v) => {
-      if (m.size >= max) m.clear();
-      m.set(k, v);
-    },
-  };
-}
-
-/** Opens and validates a database file; throws when it is not a usable MaxMind DB. */
-function openReader(path: string): { reader: Reader<Response>; stat: Stats } {
-  // stat before read: if the file is replaced in between, the next poll sees a newer stat and reloads again.
-  const stat = statSync(path);
-  const buf = readFileSync(path);
-  const reader = new Reader<Response>(buf, { cache: boundedCache(10_000) });
-  // Exercise the search tree and data section for both families: a truncated or garbled
-  // file usually passes the metadata check but fails here.
-  reader.get('1.1.1.1');
-  reader.get('2001:4860:4860::8888');
-  return { reader, stat };
-}
-
-function sameFile(a: Stats, b: Stats): boolean {
-  return a.ino === b.ino && a.size === b.size && a.mtimeMs === b.mtimeMs && a.ctimeMs === b.ctimeMs;
-}
+export type GeoDatabaseEvents = MmdbEvents;
 
 export class GeoDatabase implements GeoLookup {
-  #reader: Reader<Response>;
-  readonly #path: string;
+  readonly #file: WatchedMmdb;
   readonly #derived = new WeakMap<object, GeoRecord>();
-  readonly #events: GeoDatabaseEvents;
-  #timer: NodeJS.Timeout | undefined;
-  /** stat of the file the current reader was loaded from (or of the last refused file). */
-  #stat: Stats;
 
   constructor(path: string, events: GeoDatabaseEvents = {}) {
-    this.#path = path;
-    this.#events = events;
-    const { reader, stat } = openReader(path);
-    this.#reader = reader;
-    this.#stat = stat;
+    this.#file = new WatchedMmdb(path, events);
   }
 
   lookup(ip: string): GeoRecord | null {
-    let raw: RawRecord | null;
-    // An IPv4-only database has no answer for IPv6 (mmdb-lib would walk its first 32 bits).
-    if (this.#reader.metadata.ipVersion === 4 && ip.includes(':')) return null;
-    try {
-      raw = this.#reader.get(ip) as RawRecord | null;
-    } catch {
-      return null;
-    }
+    const raw = this.#file.get(ip) as RawRecord | null;
     if (raw === null || typeof raw !== 'object') return null;
     let rec = this.#derived.get(raw);
     if (rec === undefined) {
@@ -105,49 +51,20 @@ export class GeoDatabase implements GeoLookup {
 
   /** Unix seconds when the current database was built (its metadata), for the age metric. */
   get buildEpochSecs(): number {
-    const epoch = this.#reader.metadata.buildEpoch as unknown;
-    return epoch instanceof Date ? Math.floor(epoch.getTime() / 1000) : Number(epoch);
+    return this.#file.buildEpochSecs;
   }
 
   /** Tries to load the file now; keeps the current database on failure. Returns success. */
   reload(): boolean {
-    try {
-      const { reader, stat } = openReader(this.#path);
-      this.#reader = reader;
-      this.#stat = stat;
-      this.#events.onReload?.(true, this.#path);
-      return true;
-    } catch (err) {
-      // Remember the refused file so it is reported once, not on every poll.
-      try {
-        this.#stat = statSync(this.#path);
-      } catch { /* missing: keep polling */ }
-      this.#events.onReload?.(false, this.#path, err);
-      return false;
-    }
+    return this.#file.reload();
   }
 
-  /**
-   * Polls the file every `intervalMs`, comparing against the stat of the file that was
-   * actually loaded; a different inode, size, mtime or ctime triggers reload(). Works for
-   * atomic renames, in-place rewrites and Kubernetes `..data` symlink swaps.
-   */
+  /** Polls the file every `intervalMs` and reloads it when it changed (WatchedMmdb.watch). */
   watch(intervalMs: number): void {
-    if (this.#timer !== undefined) return;
-    this.#timer = setInterval(() => {
-      let cur: Stats;
-      try {
-        cur = statSync(this.#path);
-      } catch {
-        return; // momentarily absent during a replace
-      }
-      if (!sameFile(cur, this.#stat)) this.reload();
-    }, intervalMs);
-    this.#timer.unref();
+    this.#file.watch(intervalMs);
   }
 
   close(): void {
-    if (this.#timer !== undefined) clearInterval(this.#timer);
-    this.#timer = undefined;
+    this.#file.close();
   }
 }

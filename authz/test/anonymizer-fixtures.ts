@@ -1,0 +1,41 @@
+/**
+ * Anonymous IP test databases, generated at test time by fixtures/make-anonymizer-mmdb.py (PyPI
+ * mmdb_writer in the project's .venv) into a fresh temporary directory, removed at exit. The
+ * licensed GeoIP2 Anonymous IP data cannot be shipped; these files have its layout.
+ */
+import { execFileSync } from 'node:child_process';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+const ROOT = fileURLToPath(new URL('../../', import.meta.url));
+const SCRIPT = fileURLToPath(new URL('./fixtures/make-anonymizer-mmdb.py', import.meta.url));
+const PYTHON = join(ROOT, '.venv', 'bin', 'python');
+
+export interface AnonymizerFixtures {
+  readonly dir: string;
+  /** 192.0.2.64/28 VPN, .80/28 hosting, .96/28 public proxy, .112/28 Tor exit, .48/28 residential proxy, .32/28 all flags false; 2001:db8:3:a000::/52 VPN, 2001:db8:3:b000::/52 Tor. */
+  readonly anonymizer: string;
+  /** After an update: 192.0.2.16/28 VPN and 192.0.2.112/28 Tor only. */
+  readonly anonymizerSwapped: string;
+  /** What the script wrote: network → record, per file. */
+  readonly layout: Readonly<Record<string, Readonly<Record<string, Readonly<Record<string, boolean>>>>>>;
+}
+
+let cached: AnonymizerFixtures | undefined;
+
+/** Generates the databases once per process and returns their paths. */
+export function anonymizerFixtures(): AnonymizerFixtures {
+  if (cached !== undefined) return cached;
+  const dir = mkdtempSync(join(tmpdir(), 'edge-anon-'));
+  process.once('exit', () => rmSync(dir, { recursive: true, force: true }));
+  const out = execFileSync(PYTHON, [SCRIPT, dir], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'] });
+  cached = Object.freeze({
+    dir,
+    anonymizer: join(dir, 'anonymizer.mmdb'),
+    anonymizerSwapped: join(dir, 'anonymizer-swapped.mmdb'),
+    layout: JSON.parse(out) as AnonymizerFixtures['layout'],
+  });
+  return cached;
+}
