@@ -193,6 +193,9 @@ describe('attacks on one stack', () => {
       'x-edge-market-id': market,
       'x-edge-deadline': String((JSON.parse(order) as { deadline: number }).deadline),
       'x-edge-size': '10',
+      // The edge's tier for 192.0.2.60 (CH, no tier rule: full), never the client's `x-edge-access: full`.
+      'x-edge-access': 'full',
+      'x-edge-jurisdiction': 'CH',
       'x-edge-client-ip': '192.0.2.60',
       'x-forwarded-for': '192.0.2.60',
       'x-forwarded-proto': 'http',

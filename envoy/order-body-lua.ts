@@ -30,7 +30,7 @@ import { HEADER } from '../authz/src/shared/contract.ts';
  */
 export const ORDER_UPSTREAM_HEADERS = [
   'content-type', 'content-length', HEADER.requestId, HEADER.marketId, HEADER.deadline, HEADER.size,
-  HEADER.clientIp, 'x-forwarded-for', 'x-forwarded-proto', 'user-agent',
+  HEADER.access, HEADER.jurisdiction, HEADER.clientIp, 'x-forwarded-for', 'x-forwarded-proto', 'user-agent',
 ] as const;
 
 /** Lua long-bracket string literal for `s` (no escaping needed, any bytes but the closing bracket). */

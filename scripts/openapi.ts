@@ -12,7 +12,7 @@
  *   - every pattern (ids, decimals, the ingest headers, strict base64): authz/src/shared/rules.ts, the
  *     same strings the code compiles (a property test proves strictBase64Length agrees with the
  *     published strict-base64 pattern).
- * What exists only here: the route table (six operations), the OrderRequest envelope's shape
+ * What exists only here: the route table (seven operations), the OrderRequest envelope's shape
  * (its rules come from rules.ts; schemathesis checks the running edge against it) and the prose.
  *
  *   npm run openapi            # rewrite docs/openapi.yaml
@@ -236,12 +236,35 @@ export function buildOpenApi(): Obj {
         opId: 'listQuotes', summary: 'Quote rows, one per outcome', ok: 'QuotesPage', linkName: 'NextQuotesPage', query: QUOTES_QUERY_SCHEMA,
         description: 'A page holds every outcome row of up to `limit` markets, ordered by conditionId.',
       }),
+      [PATHS.geoblock]: {
+        get: {
+          operationId: 'getGeoblock', security: [], summary: 'The caller\'s jurisdiction tier', tags: ['public'],
+          description: 'What the edge decides for the caller\'s client address (the one Envoy computed, as geo and the rate limit see it): '
+            + '`blocked` (every route but this one answers 451), `close-only` (reads allowed; orders forwarded with `x-edge-access: close-only`, '
+            + 'the backend accepts only orders that reduce a position) or `full`. **Answered for every client, blocked ones too** (geo does not '
+            + 'apply to this route; the rate limit does). `country` is the database\'s ISO 3166-1 code, `region` the ISO 3166-2 region whose rule '
+            + 'applied, else the database\'s first subdivision; both null when unknown or not looked up (an address in GEO_TRUSTED_CIDRS). '
+            + 'Never cached. HEAD is answered like GET without a body; any query parameter → 400 `invalid_query`; another method → 405 '
+            + '(after geo, like every other route).',
+          responses: {
+            '200': {
+              description: 'The caller\'s tier.',
+              headers: { 'Cache-Control': { description: 'Always `no-store`.', required: true, schema: { type: 'string', const: 'no-store' } }, ...commonHeaders() },
+              content: json(schemaRef('Geoblock'), { example: { blocked: false, access: 'close-only', country: 'PL', region: null, ip: '203.0.113.7' } }),
+            },
+            '400': errorResponse(400, ['invalid_query', 'bad_request']),
+            '504': responseRef('UpstreamTimeout'),
+            ...(({ '451': _, ...rest }) => rest)(commonErrors()),
+          },
+        },
+      },
       [PATHS.orders]: {
         post: {
           operationId: 'placeOrder', security: [], summary: 'Forward a signed order to the order backend', tags: ['orders'],
           description: 'The edge checks the envelope (market known, active and open; deadline; size; payload) and then forwards the '
             + 'base64-decoded `payload` byte-exact to the order backend (`POST /orders`, mTLS, `content-type: application/octet-stream`, '
-            + 'with `x-edge-market-id`, `x-edge-deadline`, `x-edge-size`, `x-request-id`). **The backend\'s status and body come back '
+            + 'with `x-edge-market-id`, `x-edge-deadline`, `x-edge-size`, `x-request-id`, and the client\'s tier: `x-edge-access: full|close-only` '
+            + 'and `x-edge-jurisdiction` (see GET /v1/geoblock); a client\'s own copies of these headers never reach the backend). **The backend\'s status and body come back '
             + 'unchanged** — their schema is the backend\'s, not the edge\'s. Orders are never retried by the edge; keep the '
             + '`X-Request-Id` of every answer (the backend can deduplicate on it).\n\n'
             + `Limits: body ≤ ORDER_MAX_BYTES (default ${defaults.orderMaxBytes}) → else 413; decoded payload 1..ORDER_PAYLOAD_MAX_BYTES `
@@ -394,6 +417,17 @@ export function buildOpenApi(): Obj {
         Root: {
           type: 'object', required: Object.keys(root), additionalProperties: false,
           properties: Object.fromEntries(Object.entries(root).map(([k, v]) => [k, { const: v }])),
+        },
+        Geoblock: {
+          type: 'object', required: ['blocked', 'access', 'country', 'region', 'ip'], additionalProperties: false,
+          description: 'The caller\'s jurisdiction tier (docs/api.md "GET /v1/geoblock").',
+          properties: {
+            blocked: { type: 'boolean', description: 'true exactly when `access` is `blocked`.' },
+            access: { type: 'string', enum: ['blocked', 'close-only', 'full'] },
+            country: { type: ['string', 'null'], pattern: PATTERN.country, description: 'ISO 3166-1 alpha-2; null when unknown or not looked up.' },
+            region: { type: ['string', 'null'], pattern: PATTERN.region, description: 'ISO 3166-2 (`CA-QC`); null when the database names none.' },
+            ip: { type: 'string', description: 'The client address the edge decided on (an IPv4-mapped address as its IPv4).' },
+          },
         },
         HealthOk: { type: 'object', required: ['status'], additionalProperties: false, properties: { status: { const: 'ok' } } },
         HealthUnavailable: {

@@ -8,6 +8,7 @@ import { MemoryNonceStore, RedisNonceStore } from './shared/adapters/nonce-store
 import { createRedis } from './shared/adapters/redis.ts';
 import { ReplicaWait } from './shared/adapters/replica-wait.ts';
 import { createAuthzCore } from './authz/core.ts';
+import { createGeoClassifier } from './authz/stages/geo.ts';
 import { configWarnings, type Config } from './shared/config.ts';
 import { loadCredentials } from './shared/credentials.ts';
 import type { Logger } from './shared/log.ts';
@@ -84,6 +85,8 @@ export async function createApp(config: Config, logger: Logger, hooks: { onSeale
     registry: metrics.registry,
     readiness: () => ({ authz: !sealState.sealed, geoip: geoReady, store: store.ready() }),
     isSealed: () => sealState.refuses(),
+    // GET /v1/geoblock: the authz classifier's answer (same settings, same GeoDatabase object).
+    geoblock: createGeoClassifier(config, geo),
     host: config.marketBindAddress,
     port: config.marketPort,
   });

@@ -15,7 +15,7 @@ test('geo trusted CIDRs – the integer IPv4 matcher agrees with node:net BlockL
         { blockedCountries: new Set(['KP']), blockedRegions: new Set(), geoUnknown: 'block', geoTrustedCidrs: cidrs.map(([n, b]) => `${n}/${b}`) },
         { lookup: () => ({ country: 'KP', regions: [] }) },
       );
-      for (const ip of ips) assert.equal(classify(ip) === 'trusted', list.check(ip, 'ipv4'), `${ip} in ${JSON.stringify(cidrs)}`);
+      for (const ip of ips) assert.equal(classify(ip).verdict === 'trusted', list.check(ip, 'ipv4'), `${ip} in ${JSON.stringify(cidrs)}`);
     }),
     { numRuns: 300 },
   );

@@ -194,21 +194,21 @@ const verdicts: Record<string, VerdictCase> = {
 for (const [name, c] of Object.entries(verdicts)) {
   test(`geo classifier – ${name} → ${c.verdict}`, () => {
     const classify = createGeoClassifier({ ...POLICY, geoUnknown: c.unknown ?? 'block' }, open(c.db));
-    assert.equal(classify(c.ip), c.verdict);
+    assert.equal(classify(c.ip).verdict, c.verdict);
   });
 }
 
 test('geo classifier – GEO_TRUSTED_CIDRS empty: loopback is looked up like any address', () => {
   const classify = createGeoClassifier({ ...POLICY, geoTrustedCidrs: [] }, open(fx.geoip2));
-  assert.equal(classify('127.0.0.1'), 'blocked_country');
+  assert.equal(classify('127.0.0.1').verdict, 'blocked_country');
 });
 
 test('geo classifier – a trusted CIDR wins even inside a blocked region and country', () => {
   const classify = createGeoClassifier({ ...POLICY, geoTrustedCidrs: ['203.0.113.0/28', '2001:db8:1::/64'] }, open(fx.geoip2));
-  assert.equal(classify('203.0.113.5'), 'trusted');
-  assert.equal(classify('203.0.113.20'), 'blocked_region');
-  assert.equal(classify('2001:db8:1::5'), 'trusted');
-  assert.equal(classify('2001:db8:1:1::5'), 'blocked_country');
+  assert.equal(classify('203.0.113.5').verdict, 'trusted');
+  assert.equal(classify('203.0.113.20').verdict, 'blocked_region');
+  assert.equal(classify('2001:db8:1::5').verdict, 'trusted');
+  assert.equal(classify('2001:db8:1:1::5').verdict, 'blocked_country');
 });
 
 test('geo classifier – normalizeIp', () => {

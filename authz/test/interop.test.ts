@@ -16,6 +16,7 @@ import nacl from 'tweetnacl';
 import { MemoryNonceStore } from '../src/shared/adapters/nonce-store.ts';
 import { loadCredentials, parseHmacKey } from '../src/shared/credentials.ts';
 import { ALLOW, geoDenial, type Decision } from '../src/authz/decision.ts';
+import { GEO_TRUSTED } from '../src/authz/stages/geo.ts';
 import { decodeCheckRequest } from '../src/authz/codec/request.ts';
 import { verifyEnvelopeSignature } from '../src/shared/feed/envelope.ts';
 import { PATHS } from '../src/shared/contract.ts';
@@ -167,7 +168,7 @@ test('interop content – flipping any single byte of the signature breaks it', 
 function pipeline(): PipelineDeps {
   const clock = fixedClock(NOW);
   return {
-    classifyGeo: () => 'allowed',
+    classifyGeo: () => GEO_TRUSTED,
     geoDenial: geoDenial('blocked', undefined),
     ingest: { hmacKeys: [new HmacSha256Key(HMAC)], feedKeys: FEED_KEYS, nonces: new MemoryNonceStore(() => NOW * 1000), clock, replayWindowSecs: 300, nonceTtlSecs: 600 },
     order: { markets: fakeMarkets([]), clock, orderMaxTtlSecs: 86_400, orderMaxSize: undefined, orderPayloadMaxBytes: 32_768 },

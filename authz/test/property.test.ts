@@ -22,7 +22,7 @@ import { MemoryNonceStore } from '../src/shared/adapters/nonce-store.ts';
 import { classify, PATHS } from '../src/shared/contract.ts';
 import { evaluate, type PipelineDeps } from '../src/authz/pipeline.ts';
 import { decodeStrictBase64, PATTERN, strictBase64Length } from '../src/shared/rules.ts';
-import { createGeoClassifier } from '../src/authz/stages/geo.ts';
+import { createGeoClassifier, GEO_TRUSTED } from '../src/authz/stages/geo.ts';
 import { GeoDatabase } from '../src/shared/adapters/geoip.ts';
 import { geoFixtures } from './geo-fixtures.ts';
 import type { MarketMeta } from '../src/shared/ports.ts';
@@ -38,7 +38,7 @@ const PAYLOAD_MAX = 4096;
 function deps(): PipelineDeps {
   const clock = fixedClock(NOW);
   return {
-    classifyGeo: () => 'allowed',
+    classifyGeo: () => GEO_TRUSTED,
     geoDenial: geoDenial('blocked', undefined),
     ingest: { hmacKeys: [new HmacSha256Key(HMAC_KEY)], feedKeys: [FEED.publicKey], nonces: new MemoryNonceStore(() => NOW * 1000), clock, replayWindowSecs: 300, nonceTtlSecs: 600 },
     order: { markets: fakeMarkets([MARKET]), clock, orderMaxTtlSecs: 86_400, orderMaxSize: undefined, orderPayloadMaxBytes: PAYLOAD_MAX },
@@ -210,6 +210,7 @@ const routeArb = fc.oneof(
   fc.constantFrom(
     ['POST', PATHS.ingest], ['POST', `${PATHS.ingest}?x=1`], ['POST', PATHS.orders], ['GET', PATHS.ingest], ['GET', '/'],
     ['GET', '/healthz'], ['GET', '/v1/markets?limit=5'], ['PUT', PATHS.orders], ['post', PATHS.ingest], ['POST', `${PATHS.orders}/`],
+    ['GET', PATHS.geoblock], ['HEAD', PATHS.geoblock], ['POST', PATHS.geoblock], ['GET', `${PATHS.geoblock}?ip=1.2.3.4`],
   ),
   fc.tuple(fc.string({ maxLength: 8 }), fc.string({ maxLength: 30 })),
 );
@@ -378,13 +379,13 @@ test('property – geo classifier on a real database (1000): never throws; every
   try {
     fc.assert(
       fc.property(anyAddress, v4, (any, a) => {
-        assert.ok(VERDICTS.has(classifyGeo(any)), any);
-        const verdict = classifyGeo(a);
+        assert.ok(VERDICTS.has(classifyGeo(any).verdict), any);
+        const verdict = classifyGeo(a).verdict;
         seen.add(verdict);
         const [w = 0, x = 0, y = 0, z = 0] = a.split('.').map(Number);
         const hexForm = `${((w << 8) | x).toString(16)}:${((y << 8) | z).toString(16)}`;
         for (const form of [`::ffff:${a}`, `::FFFF:${a}`, `[::ffff:${a}]`, `0:0:0:0:0:ffff:${a}`, `::ffff:${hexForm}`, `0000:0000:0000:0000:0000:ffff:${hexForm}`]) {
-          assert.equal(classifyGeo(form), verdict, `${form} vs ${a}`);
+          assert.equal(classifyGeo(form).verdict, verdict, `${form} vs ${a}`);
         }
       }),
       { numRuns: 1000 },

@@ -13,9 +13,14 @@ import type { MethodDefinition } from '@grpc/proto-loader';
 import { loadPackageDefinition, SERVICE_NAMES } from '../../proto/index.ts';
 import { decodeCheckRequest, type AuthzInput } from '../src/authz/codec/request.ts';
 import { geoDenial } from '../src/authz/decision.ts';
+import { GEO_TRUSTED, geoResult } from '../src/authz/stages/geo.ts';
+import { JURISDICTION_NONE } from '../src/shared/contract.ts';
 import { MemoryNonceStore } from '../src/shared/adapters/nonce-store.ts';
 import { evaluate, type PipelineDeps } from '../src/authz/pipeline.ts';
 import { checkRequestObject, fakeMarkets, fixedClock, HMAC_KEY, hmacHeaders, ingestBody, marketDoc, newFeedKey, type CheckSpec } from './helpers.ts';
+
+const UNKNOWN_ALLOWED = geoResult('unknown_allowed', 'full', null, null, JURISDICTION_NONE);
+const UNKNOWN_BLOCKED = geoResult('unknown_blocked', 'blocked', null, null, JURISDICTION_NONE);
 
 const pd = loadPackageDefinition();
 const checkDef = (pd[SERVICE_NAMES.authorization] as Record<string, MethodDefinition<object, object>>)['Check']!;
@@ -218,7 +223,7 @@ const VALID_INGEST = serialize(requestObject({
 function pipeline(geoUnknown: 'block' | 'allow'): PipelineDeps {
   const clock = fixedClock(NOW);
   return {
-    classifyGeo: (ip) => (ip === '' ? (geoUnknown === 'allow' ? 'unknown_allowed' : 'unknown_blocked') : 'allowed'),
+    classifyGeo: (ip) => (ip === '' ? (geoUnknown === 'allow' ? UNKNOWN_ALLOWED : UNKNOWN_BLOCKED) : GEO_TRUSTED),
     geoDenial: geoDenial('blocked', undefined),
     ingest: { hmacKeys: [new HmacSha256Key(HMAC_KEY)], feedKeys: [FEED.publicKey], nonces: new MemoryNonceStore(() => NOW * 1000), clock, replayWindowSecs: 300, nonceTtlSecs: 600 },
     order: { markets: fakeMarkets([]), clock, orderMaxTtlSecs: 86_400, orderMaxSize: undefined, orderPayloadMaxBytes: 32_768 },

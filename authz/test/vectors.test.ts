@@ -14,6 +14,7 @@ import { decodeCheckRequest } from '../src/authz/codec/request.ts';
 import { evaluate, type PipelineDeps } from '../src/authz/pipeline.ts';
 import { parseHmacKey, ed25519PublicKey } from '../src/shared/credentials.ts';
 import { geoDenial } from '../src/authz/decision.ts';
+import { GEO_TRUSTED } from '../src/authz/stages/geo.ts';
 import { MemoryNonceStore } from '../src/shared/adapters/nonce-store.ts';
 import { encodeCheckRequest, fakeMarkets, fixedClock } from './helpers.ts';
 
@@ -33,7 +34,7 @@ for (const c of vectors.cases) {
   test(`ingest vector – ${c.name}`, async () => {
     const nonces = new MemoryNonceStore(() => vectors.now * 1000);
     const deps: PipelineDeps = {
-      classifyGeo: () => 'trusted',
+      classifyGeo: () => GEO_TRUSTED,
       geoDenial: geoDenial('x', undefined),
       ingest: {
         hmacKeys: [new HmacSha256Key(parseHmacKey('EDGE_INGEST_HMAC', c.key))],

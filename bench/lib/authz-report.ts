@@ -203,8 +203,10 @@ Method:
   \`RedisNonceStore\` on the shared Redis (keys \`edge:nonce:*\`, random nonces, expire after
   NONCE_TTL_SECS), the real in-memory market store (\`MemoryMarketStore\`) holding the market,
   ingested before the run through the market service's write path (with Redis an order's market is
-  an in-process cache hit too), prom-client metrics and pino at \`info\`. BLOCKED_COUNTRIES=KP,IR and
-  GEO_TRUSTED_CIDRS empty, so every Check really does a GeoIP lookup.
+  an in-process cache hit too), prom-client metrics and pino at \`info\`. GEO_TRUSTED_CIDRS empty, so
+  every Check really does a GeoIP lookup, and jurisdiction tiers configured (BENCH_POLICY_ENV in
+  bench/lib/authz-scenarios.ts): the client's country (GB) is close-only, so (a) is a close-only read
+  and (c) an order carrying \`x-edge-access: close-only\` and \`x-edge-jurisdiction: GB\`.
 - The floor is a grpc-js server with proto-loader's standard service definition (full decode
   of every CheckRequest) returning an OK CheckResponse: the transport and framework alone.
 - h2load sends one pre-framed body (5-byte gRPC prefix + CheckRequest bytes) with

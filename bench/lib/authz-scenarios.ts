@@ -11,15 +11,21 @@ import { PATHS } from '../../authz/src/shared/contract.ts';
 import { encodeCheckRequest, ingestBody, marketDoc, type FeedKey } from '../../authz/test/helpers.ts';
 import { frameGrpc } from './grpc-wire.ts';
 
-/** Has a record in the default GeoIP database (GB) and is not in BLOCKED_COUNTRIES below. */
+/** Has a record in the default GeoIP database (GB): close-only under BENCH_POLICY_ENV, not blocked. */
 export const CLIENT_IP = '81.2.69.160';
 
 /**
  * Server settings for the bench. GEO_TRUSTED_CIDRS is set empty so the default loopback
- * exemption does not apply and every Check really looks the address up.
+ * exemption does not apply and every Check really looks the address up. Jurisdiction tiers as
+ * a venue configures them (docs/api.md "Jurisdiction tiers"): the client's country is close-only,
+ * so the order scenario's allow carries x-edge-access/x-edge-jurisdiction; the region rules are
+ * there (the default database has no subdivisions, so none matches).
  */
 export const BENCH_POLICY_ENV = {
-  BLOCKED_COUNTRIES: 'KP,IR',
+  BLOCKED_COUNTRIES: 'KP,IR,CU,SY',
+  BLOCKED_REGIONS: 'UA-43,UA-14,UA-09',
+  CLOSE_ONLY_COUNTRIES: 'GB,PL,SG,TH,TW',
+  CLOSE_ONLY_REGIONS: 'CA-ON',
   GEO_TRUSTED_CIDRS: '',
   LOG_LEVEL: 'info',
 } as const;

@@ -96,6 +96,8 @@ export const K8S_ENV: Readonly<Record<string, string>> = {
   GEOIP_DB: `${MOUNTS.geoip}/country.mmdb`,
   GEOIP_RELOAD_INTERVAL_MS: '10000',
   BLOCKED_COUNTRIES: '',
+  // The close-only tier (docs/api.md "Jurisdiction tiers"): orders reach the backend marked close-only.
+  CLOSE_ONLY_COUNTRIES: '',
   // Nothing is geo-trusted in the pod: no legitimate request reaches Envoy from loopback, and with
   // one trusted hop the address comes from X-Forwarded-For, where a client could write 127.0.0.1.
   GEO_TRUSTED_CIDRS: '',

@@ -102,5 +102,7 @@ test('policy – an allowed order shows, in grpcurl, the payload metadata and th
   assert.deepEqual(res.dynamic_metadata, { order_payload: sent.payload });
   assert.deepEqual(Object.fromEntries((res.ok_response?.headers ?? []).map((h) => [h.header.key, h.header.value])), {
     'content-type': 'application/octet-stream', 'x-edge-market-id': sent.marketId, 'x-edge-deadline': String(sent.deadline), 'x-edge-size': sent.size,
+    // The client's tier (docs/api.md "Jurisdiction tiers"): 81.2.69.160 is GB, neither blocked nor close-only here.
+    'x-edge-access': 'full', 'x-edge-jurisdiction': 'GB',
   });
 });

@@ -3,6 +3,7 @@
  * rejects requests whose X-Forwarded-For Envoy could not use.
  */
 import type { Config } from '../../authz/src/shared/config.ts';
+import { EDGE_SET_HEADERS } from '../../authz/src/shared/contract.ts';
 import { overwriteHeader, typedExtension, type JsonObject, type TypedExtension } from './common.ts';
 import { CLIENT_IP_HEADER, CLIENT_PORT_HEADER, FILTER, TYPE_URL, XFF_POLICY } from './names.ts';
 
@@ -15,7 +16,8 @@ const V4_MAPPED_AS_V4 = `%CEL(request.headers['${CLIENT_IP_HEADER}'].startsWith(
  * (`::ffff:a.b.c.d`: Envoy prints every mapped form that way) as its IPv4, so both forms are one
  * client; with trusted hops, records in `x-edge-client-port` the port Envoy gave that address (0
  * when it came from X-Forwarded-For, see xffGuardFilter); removes every client-sent `x-envoy-*`
- * header so nobody can ask the router for retries or longer timeouts; removes `expect`: Envoy
+ * header so nobody can ask the router for retries or longer timeouts; removes every client-sent
+ * header only the edge sets (EDGE_SET_HEADERS: x-edge-access, x-edge-jurisdiction, …); removes `expect`: Envoy
  * has already answered `100-continue` itself, and any other expectation would reach the
  * upstream, where Node answers 417 with no body (after authz had already accepted, and for an
  * ingest recorded, the request).
@@ -27,6 +29,9 @@ export function headerMutationFilter(config: Config): TypedExtension {
       request_mutations: [
         { remove_on_match: { key_matcher: { prefix: 'x-envoy-' } } },
         { remove: 'expect' },
+        // Headers only the edge sets (x-edge-access, x-edge-jurisdiction, the order's x-edge-*):
+        // a client's copy never reaches authz, the market service or the order backend.
+        ...EDGE_SET_HEADERS.map((h) => ({ remove: h })),
         overwrite(CLIENT_IP_HEADER, '%DOWNSTREAM_REMOTE_ADDRESS_WITHOUT_PORT%'),
         ...(config.xffNumTrustedHops > 0 ? [overwrite(CLIENT_PORT_HEADER, '%DOWNSTREAM_REMOTE_PORT%')] : []),
         overwrite(CLIENT_IP_HEADER, V4_MAPPED_AS_V4),

@@ -58,7 +58,7 @@ export function ingestHeadersFilter(config: Config, opts: RenderOptions): TypedE
 
 /** The ext_authz filter's per-route config: the route's body rule and its kind. */
 export function authzPerRoute(kind: RouteKind, config: Config): TypedConfig {
-  const checkSettings = kind === 'read'
+  const checkSettings = kind === 'read' || kind === 'geoblock'
     // Reads: authz decides on method, path and client address; buffering a body would only
     // add latency and bytes on the wire. Bodies stream to the market service, which rejects them.
     ? { disable_request_body_buffering: true }

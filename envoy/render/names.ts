@@ -17,6 +17,7 @@ export const AUTHZ_HEADERS = [HEADER.clientIp, HEADER.timestamp, HEADER.nonce, H
 
 export const INGEST_PATH = PATHS.ingest;
 export const ORDERS_PATH = PATHS.orders;
+export const GEOBLOCK_PATH = PATHS.geoblock;
 /** The order backend's own path (SPEC: the backend operation is `POST /orders`). */
 export const BACKEND_ORDERS_PATH = '/orders';
 
@@ -32,6 +33,7 @@ export const ROUTE = {
   orders: 'orders',
   ordersNoBackend: 'orders_no_backend',
   ordersMethod: 'orders_method_not_allowed',
+  geoblock: 'geoblock',
   read: 'read',
 } as const;
 export type RouteName = (typeof ROUTE)[keyof typeof ROUTE];

@@ -1,13 +1,13 @@
 /**
  * The route table of the one virtual host.
  */
-import { PATHS } from '../../authz/src/shared/contract.ts';
+import { GEOBLOCK_METHODS, PATHS } from '../../authz/src/shared/contract.ts';
 import type { Config } from '../../authz/src/shared/config.ts';
 import { ERROR_STATUS } from '../../authz/src/shared/errors.ts';
 import { duration, overwriteHeader, type JsonObject, type TypedConfig } from './common.ts';
 import { authzPerRoute, ingestHeadersPerRoute, type RouteKind } from './ext-authz.ts';
 import {
-  BACKEND_ORDERS_PATH, CLUSTER, FILTER, INGEST_PATH, ORDERS_PATH, ROUTE, type HttpFilterName, type RouteName,
+  BACKEND_ORDERS_PATH, CLUSTER, FILTER, GEOBLOCK_PATH, INGEST_PATH, ORDERS_PATH, ROUTE, type HttpFilterName, type RouteName,
 } from './names.ts';
 import { bodyBufferPerRoute } from './global-rate-limit.ts';
 import { orderBodyPerRoute } from './order-body.ts';
@@ -50,6 +50,9 @@ function directResponse(name: RouteName, match: JsonObject, status: number, kind
  *   POST /v1/orders → order backend /orders (body ORDER_MAX_BYTES, order-body Lua filter, no retries);
  *     502 backend_unavailable when no backend is configured
  *   /v1/orders, other methods → 405 (Envoy), `allow: POST`
+ *   GET/HEAD /v1/geoblock → market, authz kind `geoblock`: no geo (a blocked client learns it is
+ *     blocked); the rate limit applies as everywhere. Other methods fall to the read route: geo,
+ *     then the market service's 405
  *   anything else → market (it answers 404/405 itself)
  */
 export function routes(config: Config): Route[] {
@@ -97,6 +100,15 @@ export function routes(config: Config): Route[] {
     });
   }
   table.push(directResponse(ROUTE.ordersMethod, { path: ORDERS_PATH }, ERROR_STATUS.method_not_allowed, 'read', config, [['allow', 'POST']]));
+  table.push({
+    name: ROUTE.geoblock,
+    match: {
+      path: GEOBLOCK_PATH,
+      headers: [{ name: ':method', string_match: { safe_regex: { regex: `^(${GEOBLOCK_METHODS.join('|')})$` } } }],
+    },
+    route: { cluster: CLUSTER.market, timeout: duration(MARKET_ROUTE_TIMEOUT_MS) },
+    typed_per_filter_config: { [FILTER.extAuthz]: authzPerRoute('geoblock', config) },
+  });
   table.push({
     name: ROUTE.read,
     match: { prefix: '/' },

@@ -1,12 +1,13 @@
 /**
- * The decision pipeline. Every request: client address → geo → the route's policy.
+ * The decision pipeline. Every request: client address → geo → the route's policy; the geoblock
+ * route (GET/HEAD /v1/geoblock) skips geo: it is how a blocked client learns that it is blocked.
  * Stops at the first denial. Returns synchronously when no I/O is needed (geo-only reads,
  * orders whose market is cached), so the common path allocates no Promise.
  */
 import { classify, type RouteKind } from '../shared/contract.ts';
 import { ALLOW, deny, type Decision } from './decision.ts';
 import type { AuthzInput } from './codec/request.ts';
-import { geoDecision, type GeoVerdict } from './stages/geo.ts';
+import { geoDecision, type GeoResult } from './stages/geo.ts';
 import { checkIngestHeaders, ingestStage, type IngestDeps } from './stages/ingest.ts';
 import { orderStage, type OrderDeps } from './stages/order.ts';
 
@@ -24,7 +25,7 @@ export function routeLabel(input: AuthzInput, route: RouteKind = routeOf(input))
 }
 
 export interface PipelineDeps {
-  readonly classifyGeo: (ip: string) => GeoVerdict;
+  readonly classifyGeo: (ip: string) => GeoResult;
   readonly geoDenial: Decision;
   readonly ingest: IngestDeps;
   readonly order: OrderDeps;
@@ -37,19 +38,24 @@ export const SEALED = deny('sealed');
 export function evaluate(input: AuthzInput, deps: PipelineDeps): Decision | Promise<Decision> {
   // 0. Sealed: nothing is allowed any more.
   if (deps.isSealed()) return SEALED;
-  // 1. Client address (computed by Envoy; see authz/codec/request.ts) → 2. geo, on every route.
-  const verdict = deps.classifyGeo(input.clientIp);
-  const geoDenied = geoDecision(verdict, deps.geoDenial);
+  const route = routeOf(input);
+  // The geoblock answer (market service) is for every client; it changes nothing and has no body.
+  // Envoy's route only matches GET/HEAD /v1/geoblock; the method and path are checked again here.
+  if (route === 'geoblock' && classify(input.method, input.path) === 'geoblock') return ALLOW;
+  // 1. Client address (computed by Envoy; see authz/codec/request.ts) → 2. geo, on every other route.
+  const geo = deps.classifyGeo(input.clientIp);
+  const geoDenied = geoDecision(geo, deps.geoDenial);
   if (geoDenied !== undefined) return geoDenied;
   // 3. The route's policy.
-  switch (routeOf(input)) {
+  switch (route) {
     case 'ingest':
       // The header phase (no body yet): only what the headers decide; the body phase that
       // follows runs the whole policy again, headers included.
       if (input.phase !== undefined) return checkIngestHeaders(input, deps.ingest.replayWindowSecs, deps.ingest.clock.nowSecs()) ?? ALLOW;
       return ingestStage(input, deps.ingest);
     case 'order':
-      return orderStage(input.body, deps.order);
+      // An allowed order carries the client's tier and jurisdiction to the backend.
+      return orderStage(input.body, deps.order, geo.orderHeaders);
     default:
       return ALLOW;
   }

@@ -1,7 +1,7 @@
 /**
  * The market HTTP service (MARKET_PORT, loopback by default). Envoy routes every non-order
  * request here after ext_authz allowed it:
- *   GET /  · GET /healthz · GET /v1/markets · GET /v1/quotes · POST /internal/ingest/market
+ *   GET /  · GET /healthz · GET /v1/markets · GET /v1/quotes · GET /v1/geoblock · POST /internal/ingest/market
  * node:http (no framework: the handler is a switch over five paths); queries validated with
  * ajv from the schemas in ./schemas.ts. Every error is error JSON.
  */
@@ -17,6 +17,8 @@ import { STORE_OUTCOME_UNKNOWN_MESSAGE, StoreOutcomeUnknownError, type MarketSto
 import { PATTERN, RE } from '../shared/rules.ts';
 import { PATHS } from '../shared/contract.ts';
 import { MARKET_INGEST_OUTCOMES, MARKET_REQUEST_STATUSES, zeroSeries } from '../shared/metrics.ts';
+import type { GeoResult } from '../authz/stages/geo.ts';
+import { clientAddress, geoblockBody } from './geoblock.ts';
 
 export interface MarketServiceDeps {
   readonly store: MarketStore;
@@ -26,6 +28,8 @@ export interface MarketServiceDeps {
   readonly registry: Registry;
   readonly readiness: () => Record<string, boolean>;
   readonly isSealed: () => boolean;
+  /** Classifies a client address for GET /v1/geoblock (the authz geo classifier); without it that path is 404. */
+  readonly geoblock?: (clientIp: string) => GeoResult;
   readonly host: string;
   readonly port: number;
 }
@@ -42,6 +46,7 @@ export const MAX_HEADER_BYTES = 80 * 1024;
 /** The market service's routes and their method (everything else: 404). */
 const ROUTES: Record<string, string> = {
   [PATHS.root]: 'GET', [PATHS.healthz]: 'GET', [PATHS.markets]: 'GET', [PATHS.quotes]: 'GET', [PATHS.ingest]: 'POST',
+  [PATHS.geoblock]: 'GET',
 };
 
 /** The metrics label of a path: one of ROUTES, else `other` (never a client-chosen path). */
@@ -220,7 +225,7 @@ export function createMarketService(deps: MarketServiceDeps): MarketService {
       sendError(res, 'sealed');
       return routeLabel(path);
     }
-    if (method === undefined) throw new HttpError('not_found');
+    if (method === undefined || (path === PATHS.geoblock && deps.geoblock === undefined)) throw new HttpError('not_found');
     if (req.method !== method && !(method === 'GET' && req.method === 'HEAD')) {
       sendError(res, 'method_not_allowed', undefined, { allow: method === 'GET' ? 'GET, HEAD' : method });
       return path;
@@ -245,6 +250,13 @@ export function createMarketService(deps: MarketServiceDeps): MarketService {
         const q = parseQuery(url, validateQuotes);
         const { body, etag } = render('q', await deps.store.page(q));
         sendPage(req, res, body, etag);
+        return path;
+      }
+      case PATHS.geoblock: {
+        // It takes no parameters; like the other reads, an unknown one is refused.
+        for (const k of url.searchParams.keys()) throw new HttpError('invalid_query', `unknown parameter ${shownName(k)}`);
+        const ip = clientAddress(req);
+        send(res, 200, geoblockBody(deps.geoblock!(ip), ip), { 'cache-control': 'no-store' });
         return path;
       }
       default: {

@@ -36,6 +36,9 @@ export const DEFAULT_GEOIP_DB = join(
 export const DEFAULT_GEO_NOTICE =
   'This service is not available in your jurisdiction.';
 
+/** GEO_UNKNOWN: the tier of an address the database has no country for. */
+export type GeoUnknown = 'block' | 'close-only' | 'allow';
+
 export interface OrderBackendConfig {
   /** https://host:port */
   readonly url: string;
@@ -103,7 +106,11 @@ export interface Config {
   readonly geoipReloadIntervalMs: number;
   readonly blockedCountries: ReadonlySet<string>;
   readonly blockedRegions: ReadonlySet<string>;
-  readonly geoUnknown: 'block' | 'allow';
+  /** The close-only tier (CLOSE_ONLY_COUNTRIES/CLOSE_ONLY_REGIONS): reads allowed, orders forwarded marked close-only. */
+  readonly closeOnlyCountries: ReadonlySet<string>;
+  readonly closeOnlyRegions: ReadonlySet<string>;
+  /** What an address without a country gets: 451, close-only, or full access. */
+  readonly geoUnknown: GeoUnknown;
   readonly geoTrustedCidrs: readonly string[];
   readonly geoNotice: string;
   readonly geoBlockedByUrl: string | undefined;
@@ -157,6 +164,34 @@ function list(env: Env, name: string): string[] {
   return raw.split(',').map((s) => s.trim()).filter((s) => s !== '');
 }
 
+
+/** An upper-cased list of ISO 3166-1 alpha-2 codes (BLOCKED_COUNTRIES, CLOSE_ONLY_COUNTRIES). */
+function countries(env: Env, name: string): string[] {
+  const out = list(env, name).map((c) => c.toUpperCase());
+  for (const c of out) if (!RE.country.test(c)) throw new ConfigError(name, 'ISO 3166-1 alpha-2 codes, comma-separated', c);
+  return out;
+}
+
+/** An upper-cased list of ISO 3166-2 codes (BLOCKED_REGIONS, CLOSE_ONLY_REGIONS). */
+function regions(env: Env, name: string): string[] {
+  const out = list(env, name).map((c) => c.toUpperCase());
+  for (const r of out) if (!RE.region.test(r)) throw new ConfigError(name, 'ISO 3166-2 codes like CA-ON, comma-separated', r);
+  return out;
+}
+
+/** A code listed in both tiers is refused: which one was meant cannot be guessed. */
+function oneTier(closeOnlyName: string, closeOnly: readonly string[], blockedName: string, blocked: readonly string[]): void {
+  const both = closeOnly.filter((c) => blocked.includes(c));
+  if (both.length > 0) {
+    throw new ConfigError(closeOnlyName, `codes not also in ${blockedName} (each jurisdiction has one tier; ${both.join(', ')} is in both)`, both.join(','));
+  }
+}
+
+function geoUnknownSetting(env: Env, name: string): GeoUnknown {
+  const v = (str(env, name) ?? 'block').toLowerCase();
+  if (v !== 'block' && v !== 'close-only' && v !== 'allow') throw new ConfigError(name, '"block", "close-only" or "allow"', v);
+  return v;
+}
 
 function parseBackend(env: Env): OrderBackendConfig | undefined {
   const url = str(env, 'ORDER_BACKEND_URL');
@@ -252,23 +287,27 @@ export function configWarnings(c: Config): string[] {
       + `may wait for replicas three times, up to 100 ms longer each (${3 * (c.redisReplicaWaitMs + 100)} ms), so Envoy can give up `
       + 'first (503 all the same). Lower REDIS_REPLICA_WAIT_MS or raise AUTHZ_TIMEOUT_MS.');
   }
+  // A region rule overrides its country's in both directions (docs/api.md "Jurisdiction tiers"):
+  // said once at start-up where that loosens the country's tier, in case it was not meant.
+  for (const r of c.closeOnlyRegions) {
+    const cc = r.slice(0, 2);
+    if (c.blockedCountries.has(cc)) {
+      out.push(`CLOSE_ONLY_REGIONS lists ${r} inside ${cc}, which BLOCKED_COUNTRIES blocks: clients located in ${r} get close-only access, `
+        + `not 451 (a region rule overrides its country's). Remove ${r} from CLOSE_ONLY_REGIONS if ${cc} is to be blocked everywhere.`);
+    }
+  }
   return out;
 }
 
 /** Parses and validates every non-secret setting. Throws ConfigError on the first bad one. */
 export function loadConfig(env: Env = process.env): Config {
-  const blockedCountries = list(env, 'BLOCKED_COUNTRIES').map((c) => c.toUpperCase());
-  for (const c of blockedCountries) {
-    if (!RE.country.test(c)) throw new ConfigError('BLOCKED_COUNTRIES', 'ISO 3166-1 alpha-2 codes, comma-separated', c);
-  }
-  const blockedRegions = list(env, 'BLOCKED_REGIONS').map((c) => c.toUpperCase());
-  for (const r of blockedRegions) {
-    if (!RE.region.test(r)) throw new ConfigError('BLOCKED_REGIONS', 'ISO 3166-2 codes like CA-ON, comma-separated', r);
-  }
-  const geoUnknown = (str(env, 'GEO_UNKNOWN') ?? 'block').toLowerCase();
-  if (geoUnknown !== 'block' && geoUnknown !== 'allow') {
-    throw new ConfigError('GEO_UNKNOWN', '"block" or "allow"', geoUnknown);
-  }
+  const blockedCountries = countries(env, 'BLOCKED_COUNTRIES');
+  const blockedRegions = regions(env, 'BLOCKED_REGIONS');
+  const closeOnlyCountries = countries(env, 'CLOSE_ONLY_COUNTRIES');
+  const closeOnlyRegions = regions(env, 'CLOSE_ONLY_REGIONS');
+  oneTier('CLOSE_ONLY_COUNTRIES', closeOnlyCountries, 'BLOCKED_COUNTRIES', blockedCountries);
+  oneTier('CLOSE_ONLY_REGIONS', closeOnlyRegions, 'BLOCKED_REGIONS', blockedRegions);
+  const geoUnknown = geoUnknownSetting(env, 'GEO_UNKNOWN');
   const trusted = str(env, 'GEO_TRUSTED_CIDRS') === undefined && env['GEO_TRUSTED_CIDRS'] === undefined
     ? ['127.0.0.0/8', '::1/128']
     : list(env, 'GEO_TRUSTED_CIDRS');
@@ -351,6 +390,8 @@ export function loadConfig(env: Env = process.env): Config {
     geoipReloadIntervalMs: int(env, 'GEOIP_RELOAD_INTERVAL_MS', 2000, 50, 3_600_000),
     blockedCountries: new Set(blockedCountries),
     blockedRegions: new Set(blockedRegions),
+    closeOnlyCountries: new Set(closeOnlyCountries),
+    closeOnlyRegions: new Set(closeOnlyRegions),
     geoUnknown,
     geoTrustedCidrs: Object.freeze(trusted),
     geoNotice,

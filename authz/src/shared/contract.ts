@@ -11,14 +11,20 @@ export const PATHS = {
   markets: '/v1/markets',
   quotes: '/v1/quotes',
   orders: '/v1/orders',
+  /** The caller's jurisdiction tier (CONTRACT §6): answered for every client, blocked ones too. */
+  geoblock: '/v1/geoblock',
   ingest: '/internal/ingest/market',
   /** Everything under it but the exact ingest POST is refused by Envoy (404). */
   internalPrefix: '/internal',
 } as const;
 
-/** What the service decides on a request: the ingest policy, the order policy, or geo only. */
-export type RouteKind = 'ingest' | 'order' | 'read';
-export const ROUTE_KINDS: readonly RouteKind[] = ['ingest', 'order', 'read'];
+/**
+ * What the service decides on a request: the ingest policy, the order policy, geo only (`read`),
+ * or nothing but the seal (`geoblock`: GET/HEAD /v1/geoblock, which tells a blocked client that
+ * it is blocked, so geo must not refuse it; the market service answers it).
+ */
+export type RouteKind = 'ingest' | 'order' | 'read' | 'geoblock';
+export const ROUTE_KINDS: readonly RouteKind[] = ['ingest', 'order', 'read', 'geoblock'];
 
 /**
  * The routes by method and path (query stripped; Envoy normalizes the path before ext_authz, so
@@ -32,9 +38,14 @@ export function classify(method: string, path: string): RouteKind {
   if (method === 'POST') {
     if (path === PATHS.ingest) return 'ingest';
     if (path === PATHS.orders) return 'order';
+  } else if (path === PATHS.geoblock && (method === 'GET' || method === 'HEAD')) {
+    return 'geoblock';
   }
   return 'read';
 }
+
+/** The methods the geoblock route answers (any other: 405 from the market service, after geo). */
+export const GEOBLOCK_METHODS = ['GET', 'HEAD'] as const;
 
 /** The ext_authz `context_extensions` entries Envoy's routes set (never client input). */
 export const CONTEXT_EXTENSION = {
@@ -59,7 +70,28 @@ export const HEADER = {
   marketId: 'x-edge-market-id',
   deadline: 'x-edge-deadline',
   size: 'x-edge-size',
+  /** To the order backend: the client's tier, `full` or `close-only` (CONTRACT §6). */
+  access: 'x-edge-access',
+  /** To the order backend: the jurisdiction whose rule gave that tier (`PL`, `CA-QC`, or JURISDICTION_NONE). */
+  jurisdiction: 'x-edge-jurisdiction',
 } as const;
+
+/**
+ * The headers only the edge sets on what it forwards: Envoy removes any client-sent copy of each
+ * before ext_authz and every upstream (envoy/render/client-address.ts), and the order's allow
+ * sets them again. The ingest's x-edge-timestamp/-nonce/-signature are client headers and stay.
+ */
+export const EDGE_SET_HEADERS: readonly string[] = [HEADER.access, HEADER.jurisdiction, HEADER.marketId, HEADER.deadline, HEADER.size];
+
+/** The access tiers (x-edge-access; the geoblock answer's `access`). */
+export type Access = 'blocked' | 'close-only' | 'full';
+
+/**
+ * x-edge-jurisdiction when the edge determined none: a trusted address (GEO_TRUSTED_CIDRS, never
+ * looked up) or an address without a country that GEO_UNKNOWN lets through. `ZZ` is the ISO 3166
+ * user-assigned code CLDR uses for "unknown region"; it never collides with a real country.
+ */
+export const JURISDICTION_NONE = 'ZZ';
 
 /** The ext_authz dynamic-metadata key under which an accepted order's base64 payload travels to the Lua filter. */
 export const ORDER_PAYLOAD_METADATA_KEY = 'order_payload';

@@ -12,7 +12,7 @@ import { PATHS } from './contract.ts';
 import type { Decision } from '../authz/decision.ts';
 import type { ErrorCode } from './errors.ts';
 import type { RouteLabel } from '../authz/pipeline.ts';
-import type { GeoVerdict } from '../authz/stages/geo.ts';
+import type { GeoResult, GeoVerdict } from '../authz/stages/geo.ts';
 
 type DecisionCode = ErrorCode | 'ok';
 /** What any route can be answered: allowed, sealed, geo-blocked, a dependency down / internal error. */
@@ -23,11 +23,14 @@ export const DECISION_CODES: Readonly<Record<RouteLabel, readonly DecisionCode[]
   ingest_headers: [...EVERY_ROUTE, 'unauthorized', 'timestamp expired'],
   ingest: [...EVERY_ROUTE, 'unauthorized', 'timestamp expired', 'ingest_replay', 'invalid_json', 'invalid_envelope', 'invalid_content_signature'],
   order: [...EVERY_ROUTE, 'invalid_json', 'invalid_order', 'unknown_market', 'market_closed', 'deadline_expired', 'deadline_too_far', 'invalid_size'],
+  // No geo on the geoblock route: only the seal (and an internal error) refuse it.
+  geoblock: ['ok', 'sealed', 'service_unavailable'],
 };
 /** Every GeoVerdict (the compiler checks the list is complete). */
 export const GEO_VERDICTS = Object.keys({
-  trusted: 0, allowed: 0, blocked_country: 0, blocked_region: 0, unknown_blocked: 0, unknown_allowed: 0,
-} satisfies Record<GeoVerdict, 0>);
+  trusted: 0, allowed: 0, blocked_country: 0, blocked_region: 0, close_only_country: 0, close_only_region: 0,
+  unknown_blocked: 0, unknown_close_only: 0, unknown_allowed: 0,
+} satisfies Record<GeoVerdict, 0>) as GeoVerdict[];
 export const GEOIP_RELOAD_RESULTS = ['ok', 'failed'] as const;
 /** The Redis operations the authorization core counts failures of (authz.ts). */
 /** `nonce_replica_wait`: the nonce was written but no replica confirmed it in time (REDIS_MIN_REPLICAS). */
@@ -38,6 +41,7 @@ export const MARKET_REQUEST_STATUSES: Readonly<Record<string, readonly number[]>
   [PATHS.healthz]: [200, 503],
   [PATHS.markets]: [200, 304, 400, 503],
   [PATHS.quotes]: [200, 304, 400, 503],
+  [PATHS.geoblock]: [200, 400, 503],
   [PATHS.ingest]: [200, 400, 401, 409, 413, 503, 504],
   other: [404],
 };
@@ -61,7 +65,8 @@ export interface AuthzMetrics {
   decision(route: RouteLabel, d: Decision, seconds: number): void;
   redisError(op: string): void;
   geoipReload(ok: boolean): void;
-  geoVerdict(verdict: string): void;
+  /** Counts one enforced classification by its verdict (a fixed set: GEO_VERDICTS). */
+  geoVerdict(geo: GeoResult): void;
   setSealed(sealed: boolean): void;
   /** One global rate limit answer (RateLimitService/ShouldRateLimit). */
   rateLimit(code: RateLimitCode): void;
@@ -162,7 +167,7 @@ export function createMetrics(opts: { geoipBuildEpochSecs: () => number; default
     },
     redisError: (op) => redisErrors.labels(op).inc(),
     geoipReload: (ok) => geoReloads.labels(ok ? 'ok' : 'failed').inc(),
-    geoVerdict(verdict) {
+    geoVerdict({ verdict }) {
       let c = verdictChildren.get(verdict);
       if (c === undefined) {
         c = geoVerdicts.labels(verdict);

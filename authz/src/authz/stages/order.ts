@@ -27,6 +27,7 @@ export interface OrderEnvelope {
   readonly payload: string;
 }
 
+const NO_GEO_HEADERS: readonly Header[] = [];
 const BAD_JSON = deny('invalid_json');
 const F_MARKET = deny('invalid_order', 'marketId must be a market conditionId string', 'marketId');
 const F_DEADLINE = deny('invalid_order', 'deadline must be an integer (unix seconds)', 'deadline');
@@ -68,19 +69,22 @@ export function parseOrder(body: Buffer | undefined, payloadMax: number): OrderE
  * The allow for one order: the docs/api.md "POST /v1/orders" headers for the backend (set by Envoy on the
  * upstream request, overwriting any client value) and the payload for the Lua filter. Every
  * value was checked by parseOrder/checkOrder, so no client CR/LF/NUL reaches a header.
+ * `geoHeaders`: x-edge-access and x-edge-jurisdiction of the client's tier (stages/geo.ts, built
+ * at start-up from the settings and the database's codes).
  */
-export function orderAllow(o: OrderEnvelope): Decision {
+export function orderAllow(o: OrderEnvelope, geoHeaders: readonly Header[] = NO_GEO_HEADERS): Decision {
   const headers: Header[] = [
     ['content-type', 'application/octet-stream'],
     [HEADER.marketId, o.marketId],
     [HEADER.deadline, String(o.deadline)],
     [HEADER.size, o.size],
   ];
+  for (let i = 0; i < geoHeaders.length; i++) headers.push(geoHeaders[i]!);
   return { allow: true, code: 'ok', httpStatus: 200, reason: 'allowed', headers, body: '', metadata: { [ORDER_PAYLOAD_METADATA_KEY]: o.payload } };
 }
 
 /** Checks the envelope against the market record and the clock. */
-export function checkOrder(o: OrderEnvelope, m: MarketMeta | undefined, deps: OrderDeps, nowSecs: number): Decision {
+export function checkOrder(o: OrderEnvelope, m: MarketMeta | undefined, deps: OrderDeps, nowSecs: number, geoHeaders: readonly Header[] = NO_GEO_HEADERS): Decision {
   if (m === undefined) return UNKNOWN;
   if (!m.active || m.closed || (m.endTime !== undefined && m.endTime <= nowSecs)) return CLOSED;
   if (o.deadline <= nowSecs) return EXPIRED;
@@ -89,11 +93,11 @@ export function checkOrder(o: OrderEnvelope, m: MarketMeta | undefined, deps: Or
   if (m.minSize !== undefined && compareDecimal(o.size, m.minSize) < 0) return SIZE_MIN;
   if (m.maxSize !== undefined && compareDecimal(o.size, m.maxSize) > 0) return SIZE_MAX;
   if (deps.orderMaxSize !== undefined && compareDecimal(o.size, deps.orderMaxSize) > 0) return SIZE_CAP;
-  return orderAllow(o);
+  return orderAllow(o, geoHeaders);
 }
 
 /** The whole order policy; synchronous when the market is in the cache. */
-export function orderStage(body: Buffer | undefined, deps: OrderDeps): Decision | Promise<Decision> {
+export function orderStage(body: Buffer | undefined, deps: OrderDeps, geoHeaders: readonly Header[] = NO_GEO_HEADERS): Decision | Promise<Decision> {
   const parsed = parseOrder(body, deps.orderPayloadMaxBytes);
   if ('allow' in parsed) return parsed;
   let market;
@@ -105,12 +109,12 @@ export function orderStage(body: Buffer | undefined, deps: OrderDeps): Decision 
   }
   if (market instanceof Promise) {
     return market.then(
-      (m) => checkOrder(parsed, m, deps, deps.clock.nowSecs()),
+      (m) => checkOrder(parsed, m, deps, deps.clock.nowSecs(), geoHeaders),
       (err: unknown) => {
         deps.onStoreError?.(err);
         return STORE_DOWN;
       },
     );
   }
-  return checkOrder(parsed, market, deps, deps.clock.nowSecs());
+  return checkOrder(parsed, market, deps, deps.clock.nowSecs(), geoHeaders);
 }

@@ -1,0 +1,23 @@
+/**
+ * GET /v1/geoblock (CONTRACT §6, docs/api.md "GET /v1/geoblock"): the caller's tier, so a client
+ * can tell its user before it tries. Envoy routes GET/HEAD /v1/geoblock here with ext_authz
+ * allowing it whatever the geo verdict (a blocked client asks precisely to learn that it is
+ * blocked); the classification is the authz service's own (stages/geo.ts, the same settings and
+ * the same GeoDatabase object, in the same process), applied to the address Envoy computed.
+ */
+import type { IncomingMessage } from 'node:http';
+import { HEADER } from '../shared/contract.ts';
+import { normalizeIp, type GeoResult } from '../authz/stages/geo.ts';
+
+/** The client address: `x-edge-client-ip` (Envoy always overwrites it), else the TCP peer (a direct request). */
+export function clientAddress(req: IncomingMessage): string {
+  const h = req.headers[HEADER.clientIp];
+  const raw = typeof h === 'string' ? h : req.socket.remoteAddress ?? '';
+  const ip = normalizeIp(raw);
+  return ip === '' ? raw : ip;
+}
+
+/** The geoblock body: `{blocked, access, country, region, ip}`. */
+export function geoblockBody(geo: GeoResult, ip: string): string {
+  return JSON.stringify({ blocked: geo.access === 'blocked', access: geo.access, country: geo.country, region: geo.region, ip });
+}
