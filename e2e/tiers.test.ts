@@ -12,6 +12,8 @@ import { randomBytes } from 'node:crypto';
 import { geoFixtures } from '../authz/test/geo-fixtures.ts';
 import { startStack, type Stack } from './lib/driver.ts';
 import { allowedIp, errorCode, ingest, orderBody, request, uniqueId } from './lib/client.ts';
+import { SHADOW_MSG } from '../authz/src/authz/shadow.ts';
+import { setTimeout as sleep } from 'node:timers/promises';
 
 const ENV = {
   XFF_NUM_TRUSTED_HOPS: '1',
@@ -19,6 +21,9 @@ const ENV = {
   BLOCKED_REGIONS: 'UA-43',
   CLOSE_ONLY_COUNTRIES: 'CU,UA',
   CLOSE_ONLY_REGIONS: 'CA-QC',
+  // A candidate policy that would also make CH close-only: evaluated on every request, never
+  // enforced (every test below proves the enforced outcome regardless).
+  SHADOW_CLOSE_ONLY_COUNTRIES: 'CU,UA,CH',
 };
 
 const CU = '198.51.100.200';
@@ -131,5 +136,30 @@ describe('GET /v1/geoblock through Envoy', () => {
       else assert.equal(r.status, 200);
     }
     assert.ok(limited > 0, 'the limiter answered 429 within RATE_BURST + a few requests');
+  });
+});
+
+describe('shadow geo policy through Envoy', () => {
+  test('a request the shadow policy would treat otherwise is served as enforced, counted with both tiers and logged with its request id', async () => {
+    const metric = async (): Promise<number> => {
+      const text = await (await fetch(`${stack.authzAdmin}/metrics`)).text();
+      return Number(/edge_geo_shadow_disagreements_total\{enforced="full",shadow="close-only"\} ([0-9]+)/.exec(text)?.[1] ?? 'NaN');
+    };
+    const before = await metric();
+    const r = await request(stack, 'GET', '/v1/markets', { ip: '192.0.2.44' });
+    assert.equal(r.status, 200, 'CH is full: the shadow policy is not enforced');
+    const id = r.headers.get('x-request-id') ?? '';
+    assert.match(id, /^[0-9a-f-]{36}$/);
+    let line: Record<string, unknown> | undefined;
+    for (let i = 0; i < 50 && line === undefined; i++) {
+      for (const raw of stack.logs().split('\n')) {
+        if (!raw.includes(SHADOW_MSG) || !raw.includes(id)) continue;
+        line = JSON.parse(raw.slice(raw.indexOf('{'))) as Record<string, unknown>;
+      }
+      if (line === undefined) await sleep(50);
+    }
+    assert.ok(line !== undefined, `a "${SHADOW_MSG}" line with ${id}`);
+    assert.deepEqual([line['requestId'], line['enforced'], line['shadow'], line['country'], line['level']], [id, 'full', 'close-only', 'CH', 30]);
+    assert.equal(await metric(), before + 1);
   });
 });

@@ -14,6 +14,7 @@ import { evaluate, routeLabel, type PipelineDeps } from './pipeline.ts';
 import type { Clock, GeoLookup, MarketLookup, NonceStore } from '../shared/ports.ts';
 import { createSealState, type SealState } from '../shared/seal.ts';
 import { createGeoClassifier } from './stages/geo.ts';
+import { shadowHooks } from './shadow.ts';
 import type { GrpcServiceRegistration } from '../ratelimit/service.ts';
 
 export interface AuthzCoreDeps {
@@ -84,6 +85,8 @@ export function createAuthzCore(deps: AuthzCoreDeps): AuthzCore {
       },
     },
     isSealed: () => sealState.refuses(),
+    // SHADOW_*: a candidate geo policy, counted and logged where it disagrees (authz/shadow.ts).
+    ...shadowHooks(config, metrics, logger),
   };
 
   const grpc = createGrpcServer({

@@ -30,6 +30,11 @@ export interface PipelineDeps {
   readonly ingest: IngestDeps;
   readonly order: OrderDeps;
   readonly isSealed: () => boolean;
+  /**
+   * Called when the shadow policy (SHADOW_*) would decide a request's tier differently from the
+   * enforced one; counted and logged by the caller (authz/shadow.ts). Never changes the decision.
+   */
+  readonly onShadowDisagreement?: (input: AuthzInput, enforced: GeoResult, shadow: GeoResult) => void;
 }
 
 export const SEALED = deny('sealed');
@@ -44,6 +49,10 @@ export function evaluate(input: AuthzInput, deps: PipelineDeps): Decision | Prom
   if (route === 'geoblock' && classify(input.method, input.path) === 'geoblock') return ALLOW;
   // 1. Client address (computed by Envoy; see authz/codec/request.ts) → 2. geo, on every other route.
   const geo = deps.classifyGeo(input.clientIp);
+  // The shadow policy, when configured (zero cost otherwise: no result has `shadow`). Once per
+  // request: an ingest's header phase is skipped, its body phase counts.
+  const shadow = geo.shadow;
+  if (shadow !== undefined && shadow.access !== geo.access && input.phase === undefined) deps.onShadowDisagreement?.(input, geo, shadow);
   const geoDenied = geoDecision(geo, deps.geoDenial);
   if (geoDenied !== undefined) return geoDenied;
   // 3. The route's policy.

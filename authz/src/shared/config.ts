@@ -39,6 +39,20 @@ export const DEFAULT_GEO_NOTICE =
 /** GEO_UNKNOWN: the tier of an address the database has no country for. */
 export type GeoUnknown = 'block' | 'close-only' | 'allow';
 
+/** The tier rules of a geo policy: what the enforced policy and a shadow policy each consist of. */
+export interface TierPolicy {
+  readonly blockedCountries: ReadonlySet<string>;
+  readonly blockedRegions: ReadonlySet<string>;
+  readonly closeOnlyCountries: ReadonlySet<string>;
+  readonly closeOnlyRegions: ReadonlySet<string>;
+  readonly geoUnknown: GeoUnknown;
+}
+
+/** The shadow policy's settings; each one unset means "as enforced" (SHADOW_<NAME> → <NAME>). */
+export const SHADOW_SETTINGS = [
+  'SHADOW_BLOCKED_COUNTRIES', 'SHADOW_BLOCKED_REGIONS', 'SHADOW_CLOSE_ONLY_COUNTRIES', 'SHADOW_CLOSE_ONLY_REGIONS', 'SHADOW_GEO_UNKNOWN',
+] as const;
+
 export interface OrderBackendConfig {
   /** https://host:port */
   readonly url: string;
@@ -111,6 +125,12 @@ export interface Config {
   readonly closeOnlyRegions: ReadonlySet<string>;
   /** What an address without a country gets: 451, close-only, or full access. */
   readonly geoUnknown: GeoUnknown;
+  /**
+   * A candidate policy evaluated beside the enforced one and never enforced (SHADOW_*; docs/
+   * operations.md "Changing the geo policy: shadow first"); undefined when no SHADOW_* variable
+   * is present at all, and then it costs nothing.
+   */
+  readonly shadow: TierPolicy | undefined;
   readonly geoTrustedCidrs: readonly string[];
   readonly geoNotice: string;
   readonly geoBlockedByUrl: string | undefined;
@@ -187,8 +207,34 @@ function oneTier(closeOnlyName: string, closeOnly: readonly string[], blockedNam
   }
 }
 
-function geoUnknownSetting(env: Env, name: string): GeoUnknown {
-  const v = (str(env, name) ?? 'block').toLowerCase();
+/**
+ * The shadow policy: present when any SHADOW_* variable is in the environment. Each one given
+ * (an empty value included: "none", like GEO_TRUSTED_CIDRS) replaces its enforced counterpart;
+ * each one absent keeps the enforced value, so a candidate names only what it changes.
+ */
+function shadowPolicy(env: Env, enforced: TierPolicy): TierPolicy | undefined {
+  // Present at all, even empty (an empty value is a choice here: "none").
+  const given = (name: string): boolean => env[name] !== undefined;
+  if (!SHADOW_SETTINGS.some(given)) return undefined;
+  const pick = (name: string, own: () => string[], fallback: ReadonlySet<string>): string[] => (given(name) ? own() : [...fallback]);
+  const blockedCountries = pick('SHADOW_BLOCKED_COUNTRIES', () => countries(env, 'SHADOW_BLOCKED_COUNTRIES'), enforced.blockedCountries);
+  const blockedRegions = pick('SHADOW_BLOCKED_REGIONS', () => regions(env, 'SHADOW_BLOCKED_REGIONS'), enforced.blockedRegions);
+  const closeOnlyCountries = pick('SHADOW_CLOSE_ONLY_COUNTRIES', () => countries(env, 'SHADOW_CLOSE_ONLY_COUNTRIES'), enforced.closeOnlyCountries);
+  const closeOnlyRegions = pick('SHADOW_CLOSE_ONLY_REGIONS', () => regions(env, 'SHADOW_CLOSE_ONLY_REGIONS'), enforced.closeOnlyRegions);
+  // A code in both shadow tiers is as ambiguous as in both enforced ones; name the shadow settings.
+  oneTier('SHADOW_CLOSE_ONLY_COUNTRIES', closeOnlyCountries, 'SHADOW_BLOCKED_COUNTRIES (or BLOCKED_COUNTRIES where that is unset)', blockedCountries);
+  oneTier('SHADOW_CLOSE_ONLY_REGIONS', closeOnlyRegions, 'SHADOW_BLOCKED_REGIONS (or BLOCKED_REGIONS where that is unset)', blockedRegions);
+  return Object.freeze({
+    blockedCountries: new Set(blockedCountries),
+    blockedRegions: new Set(blockedRegions),
+    closeOnlyCountries: new Set(closeOnlyCountries),
+    closeOnlyRegions: new Set(closeOnlyRegions),
+    geoUnknown: given('SHADOW_GEO_UNKNOWN') ? geoUnknownSetting(env, 'SHADOW_GEO_UNKNOWN', enforced.geoUnknown) : enforced.geoUnknown,
+  });
+}
+
+function geoUnknownSetting(env: Env, name: string, def: GeoUnknown = 'block'): GeoUnknown {
+  const v = (str(env, name) ?? def).toLowerCase();
   if (v !== 'block' && v !== 'close-only' && v !== 'allow') throw new ConfigError(name, '"block", "close-only" or "allow"', v);
   return v;
 }
@@ -308,6 +354,10 @@ export function loadConfig(env: Env = process.env): Config {
   oneTier('CLOSE_ONLY_COUNTRIES', closeOnlyCountries, 'BLOCKED_COUNTRIES', blockedCountries);
   oneTier('CLOSE_ONLY_REGIONS', closeOnlyRegions, 'BLOCKED_REGIONS', blockedRegions);
   const geoUnknown = geoUnknownSetting(env, 'GEO_UNKNOWN');
+  const shadow = shadowPolicy(env, {
+    blockedCountries: new Set(blockedCountries), blockedRegions: new Set(blockedRegions),
+    closeOnlyCountries: new Set(closeOnlyCountries), closeOnlyRegions: new Set(closeOnlyRegions), geoUnknown,
+  });
   const trusted = str(env, 'GEO_TRUSTED_CIDRS') === undefined && env['GEO_TRUSTED_CIDRS'] === undefined
     ? ['127.0.0.0/8', '::1/128']
     : list(env, 'GEO_TRUSTED_CIDRS');
@@ -393,6 +443,7 @@ export function loadConfig(env: Env = process.env): Config {
     closeOnlyCountries: new Set(closeOnlyCountries),
     closeOnlyRegions: new Set(closeOnlyRegions),
     geoUnknown,
+    shadow,
     geoTrustedCidrs: Object.freeze(trusted),
     geoNotice,
     geoBlockedByUrl: blockedBy,

@@ -8,7 +8,7 @@
  * outside the tables are still counted, created on first use.
  */
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
-import { PATHS } from './contract.ts';
+import { PATHS, type Access } from './contract.ts';
 import type { Decision } from '../authz/decision.ts';
 import type { ErrorCode } from './errors.ts';
 import type { RouteLabel } from '../authz/pipeline.ts';
@@ -32,6 +32,8 @@ export const GEO_VERDICTS = Object.keys({
   unknown_blocked: 0, unknown_close_only: 0, unknown_allowed: 0,
 } satisfies Record<GeoVerdict, 0>) as GeoVerdict[];
 export const GEOIP_RELOAD_RESULTS = ['ok', 'failed'] as const;
+/** The tiers, as the shadow-disagreement metric labels them (enforced × shadow, the 6 unequal pairs). */
+export const ACCESS_TIERS: readonly Access[] = ['blocked', 'close-only', 'full'];
 /** The Redis operations the authorization core counts failures of (authz.ts). */
 /** `nonce_replica_wait`: the nonce was written but no replica confirmed it in time (REDIS_MIN_REPLICAS). */
 export const REDIS_OPS = ['nonce_set', 'nonce_replica_wait', 'market_get'] as const;
@@ -67,6 +69,8 @@ export interface AuthzMetrics {
   geoipReload(ok: boolean): void;
   /** Counts one enforced classification by its verdict (a fixed set: GEO_VERDICTS). */
   geoVerdict(geo: GeoResult): void;
+  /** One request the shadow policy (SHADOW_*) would have put in another tier. */
+  shadowDisagreement(enforced: Access, shadow: Access): void;
   setSealed(sealed: boolean): void;
   /** One global rate limit answer (RateLimitService/ShouldRateLimit). */
   rateLimit(code: RateLimitCode): void;
@@ -110,6 +114,12 @@ export function createMetrics(opts: { geoipBuildEpochSecs: () => number; default
     labelNames: ['verdict'] as const,
     registers: [registry],
   });
+  const shadowDisagreements = new Counter({
+    name: 'edge_geo_shadow_disagreements_total',
+    help: 'Requests the shadow geo policy (SHADOW_*) would have put in another tier than the enforced one, by both tiers (never enforced)',
+    labelNames: ['enforced', 'shadow'] as const,
+    registers: [registry],
+  });
   new Gauge({
     name: 'edge_geoip_database_age_seconds',
     help: 'Seconds since the loaded GeoIP database was built',
@@ -140,6 +150,7 @@ export function createMetrics(opts: { geoipBuildEpochSecs: () => number; default
   zeroSeries(redisErrors, REDIS_OPS.map((op) => [op]));
   zeroSeries(geoReloads, GEOIP_RELOAD_RESULTS.map((r) => [r]));
   zeroSeries(geoVerdicts, GEO_VERDICTS.map((v) => [v]));
+  zeroSeries(shadowDisagreements, ACCESS_TIERS.flatMap((e) => ACCESS_TIERS.filter((x) => x !== e).map((x) => [e, x])));
   zeroSeries(rateLimits, RATE_LIMIT_CODES.map((c) => [c]));
   const rateLimitChildren = Object.fromEntries(RATE_LIMIT_CODES.map((c) => [c, rateLimits.labels(c)])) as Record<RateLimitCode, { inc(): void }>;
 
@@ -175,6 +186,7 @@ export function createMetrics(opts: { geoipBuildEpochSecs: () => number; default
       }
       c.inc();
     },
+    shadowDisagreement: (enforced, shadow) => shadowDisagreements.labels(enforced, shadow).inc(),
     setSealed: (s) => sealed.set(s ? 1 : 0),
     rateLimit: (code) => rateLimitChildren[code].inc(),
     rateLimitRedisError: () => rateLimitRedisErrors.inc(),

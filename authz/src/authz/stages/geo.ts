@@ -16,6 +16,8 @@ export interface GeoPolicy {
   readonly closeOnlyRegions?: ReadonlySet<string>;
   readonly geoUnknown: 'block' | 'close-only' | 'allow';
   readonly geoTrustedCidrs: readonly string[];
+  /** A shadow policy's tiers (SHADOW_*): classified beside, never enforced. */
+  readonly shadow?: TierRules | undefined;
 }
 
 /**
@@ -43,6 +45,8 @@ export interface GeoResult {
    * empty when blocked. One array per (access, jurisdiction), shared.
    */
   readonly orderHeaders: readonly Header[];
+  /** With a shadow policy configured: the same address under the shadow policy (never enforced). */
+  readonly shadow?: GeoResult;
 }
 
 const V4_MAPPED = new BlockList();
@@ -161,52 +165,81 @@ export function geoResult(verdict: GeoVerdict, access: Access, country: string |
 /** A trusted address's classification (GEO_TRUSTED_CIDRS): full access, no jurisdiction determined. */
 export const GEO_TRUSTED: GeoResult = geoResult('trusted', 'full', null, null, JURISDICTION_NONE);
 
+/** The tier rules a classification applies: the enforced policy's, or a shadow policy's. */
+export interface TierRules {
+  readonly blockedCountries: ReadonlySet<string>;
+  readonly blockedRegions: ReadonlySet<string>;
+  readonly closeOnlyCountries?: ReadonlySet<string>;
+  readonly closeOnlyRegions?: ReadonlySet<string>;
+  readonly geoUnknown: 'block' | 'close-only' | 'allow';
+}
+
+const NO_CODES: ReadonlySet<string> = new Set<string>();
+
+/** The results of one set of tier rules: for an unknown address, and for a database record. */
+function tierResolver(rules: TierRules): { readonly unknown: GeoResult; resolve(country: string, regions: readonly string[]): GeoResult } {
+  const { blockedCountries, blockedRegions } = rules;
+  const closeOnlyCountries = rules.closeOnlyCountries ?? NO_CODES;
+  const closeOnlyRegions = rules.closeOnlyRegions ?? NO_CODES;
+  const anyRegionRule = blockedRegions.size > 0 || closeOnlyRegions.size > 0;
+  const result = geoResult;
+  const unknown = rules.geoUnknown === 'allow'
+    ? result('unknown_allowed', 'full', null, null, JURISDICTION_NONE)
+    : rules.geoUnknown === 'close-only'
+      ? result('unknown_close_only', 'close-only', null, null, JURISDICTION_NONE)
+      : result('unknown_blocked', 'blocked', null, null, JURISDICTION_NONE);
+  return {
+    unknown,
+    /** The tier of one record: a region rule (block before close-only) overrides the country's rule. */
+    resolve(country, regions) {
+      let blockedBy: string | undefined;
+      let closeOnlyBy: string | undefined;
+      if (anyRegionRule) {
+        for (const r of regions) {
+          if (blockedRegions.has(r)) {
+            blockedBy = r;
+            break;
+          }
+          if (closeOnlyBy === undefined && closeOnlyRegions.has(r)) closeOnlyBy = r;
+        }
+      }
+      const first = regions[0] ?? null;
+      if (blockedBy !== undefined) return result('blocked_region', 'blocked', country, blockedBy, blockedBy);
+      if (closeOnlyBy !== undefined) return result('close_only_region', 'close-only', country, closeOnlyBy, closeOnlyBy);
+      if (blockedCountries.has(country)) return result('blocked_country', 'blocked', country, first, country);
+      if (closeOnlyCountries.has(country)) return result('close_only_country', 'close-only', country, first, country);
+      return result('allowed', 'full', country, first, country);
+    },
+  };
+}
+
 /**
  * Builds the geo classifier once at start-up. Per request it normalizes the address, checks the
  * trusted CIDRs and looks the address up; the tier of a database record is resolved once per
  * record object (the GeoDatabase hands out the same object for every address that shares a
  * record) and remembered in a WeakMap, so the common path is one lookup and one WeakMap hit.
+ *
+ * With `policy.shadow` (SHADOW_*), every result also carries `shadow`: the same address
+ * classified by the shadow policy's tiers, resolved and cached together with the enforced one,
+ * so a shadow policy costs no second lookup. Without it no result has `shadow`.
  */
 export function createGeoClassifier(policy: GeoPolicy, geo: GeoLookup): (rawIp: string) => GeoResult {
   const isTrusted = trustedMatcher(policy.geoTrustedCidrs);
-  const { blockedCountries, blockedRegions } = policy;
-  const closeOnlyCountries = policy.closeOnlyCountries ?? new Set<string>();
-  const closeOnlyRegions = policy.closeOnlyRegions ?? new Set<string>();
-  const anyRegionRule = blockedRegions.size > 0 || closeOnlyRegions.size > 0;
-
-  const result = geoResult;
-  const UNKNOWN = policy.geoUnknown === 'allow'
-    ? result('unknown_allowed', 'full', null, null, JURISDICTION_NONE)
-    : policy.geoUnknown === 'close-only'
-      ? result('unknown_close_only', 'close-only', null, null, JURISDICTION_NONE)
-      : result('unknown_blocked', 'blocked', null, null, JURISDICTION_NONE);
-
-  /** The tier of one record: a region rule (block before close-only) overrides the country's rule. */
-  function resolve(country: string, regions: readonly string[]): GeoResult {
-    let blockedBy: string | undefined;
-    let closeOnlyBy: string | undefined;
-    if (anyRegionRule) {
-      for (const r of regions) {
-        if (blockedRegions.has(r)) {
-          blockedBy = r;
-          break;
-        }
-        if (closeOnlyBy === undefined && closeOnlyRegions.has(r)) closeOnlyBy = r;
-      }
-    }
-    const first = regions[0] ?? null;
-    if (blockedBy !== undefined) return result('blocked_region', 'blocked', country, blockedBy, blockedBy);
-    if (closeOnlyBy !== undefined) return result('close_only_region', 'close-only', country, closeOnlyBy, closeOnlyBy);
-    if (blockedCountries.has(country)) return result('blocked_country', 'blocked', country, first, country);
-    if (closeOnlyCountries.has(country)) return result('close_only_country', 'close-only', country, first, country);
-    return result('allowed', 'full', country, first, country);
-  }
+  const enforced = tierResolver(policy);
+  const shadow = policy.shadow === undefined ? undefined : tierResolver(policy.shadow);
+  // Trusted addresses are trusted by both policies (there is no SHADOW_GEO_TRUSTED_CIDRS).
+  const withShadow = (r: GeoResult, s: GeoResult): GeoResult => Object.freeze({ ...r, shadow: s });
+  const TRUSTED = shadow === undefined ? GEO_TRUSTED : withShadow(GEO_TRUSTED, GEO_TRUSTED);
+  const UNKNOWN = shadow === undefined ? enforced.unknown : withShadow(enforced.unknown, shadow.unknown);
+  const resolve = shadow === undefined
+    ? enforced.resolve
+    : (country: string, regions: readonly string[]): GeoResult => withShadow(enforced.resolve(country, regions), shadow.resolve(country, regions));
 
   const byRecord = new WeakMap<GeoRecord, GeoResult>();
   return (rawIp: string): GeoResult => {
     const ip = normalizeIp(rawIp);
     if (ip === '') return UNKNOWN;
-    if (isTrusted(ip, ip.includes(':') ? 6 : 4)) return GEO_TRUSTED;
+    if (isTrusted(ip, ip.includes(':') ? 6 : 4)) return TRUSTED;
     const rec = geo.lookup(ip);
     if (rec === null || rec.country === undefined) return UNKNOWN;
     let r = byRecord.get(rec);
