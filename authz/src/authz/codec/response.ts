@@ -4,6 +4,7 @@
  * allow carries its own payload (`metadata`) and is serialized per request, never cached.
  */
 import type { Decision } from '../decision.ts';
+import { encodeAllowWithMetadata } from './allow-encoder.ts';
 
 /** google.rpc.Code values used in CheckResponse.status. */
 export const GRPC_CODE = { OK: 0, PERMISSION_DENIED: 7, UNAVAILABLE: 14, UNAUTHENTICATED: 16 } as const;
@@ -47,7 +48,8 @@ export type Serialize = (value: object) => Buffer;
 
 /** Returns the encoded CheckResponse for `d`, serializing a shared decision only the first time. */
 export function encodeDecision(d: Decision, serialize: Serialize): Buffer {
-  if (d.metadata !== undefined) return serialize(toCheckResponse(d));
+  // An order's allow, built per order: encoded by hand (codec/allow-encoder.ts, byte-identical).
+  if (d.metadata !== undefined) return encodeAllowWithMetadata(d.headers, d.metadata);
   let bytes = d.encoded;
   if (bytes === undefined) {
     bytes = serialize(toCheckResponse(d));
