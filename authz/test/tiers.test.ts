@@ -85,6 +85,18 @@ describe('tier resolution on the fixture database', () => {
     assert.equal(createGeoClassifier(POLICY, db)('198.51.100.131').orderHeaders, a.orderHeaders);
   });
 
+  test('tiers – a database code that is no ISO code never reaches a header: such a country is unknown, such a subdivision ignored', () => {
+    const weird: Record<string, GeoRecord> = {
+      '192.0.2.1': { country: 'C\r\nX', regions: [] },
+      '192.0.2.2': { country: 'CA', regions: ['CA-Q\nC', 'CA-QC'] },
+      '192.0.2.3': { country: 'CA', regions: ['CA-ON\u0000'] },
+    };
+    const classify = createGeoClassifier({ ...POLICY, geoUnknown: 'allow' }, { lookup: (ip) => weird[ip] ?? null });
+    assert.deepEqual([classify('192.0.2.1').verdict, classify('192.0.2.1').jurisdiction, classify('192.0.2.1').country], ['unknown_allowed', JURISDICTION_NONE, null]);
+    assert.deepEqual([classify('192.0.2.2').access, classify('192.0.2.2').jurisdiction], ['close-only', 'CA-QC']);
+    assert.deepEqual([classify('192.0.2.3').access, classify('192.0.2.3').jurisdiction, classify('192.0.2.3').region], ['full', 'CA', null]);
+  });
+
   test('tiers – every verdict is one of the exported metric labels (bounded cardinality)', () => {
     for (const [ip, , over] of Object.values(cases)) {
       assert.ok(GEO_VERDICTS.includes(createGeoClassifier({ ...POLICY, ...over }, db)(ip).verdict));

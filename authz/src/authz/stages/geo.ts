@@ -7,6 +7,7 @@ import { BlockList, isIP } from 'node:net';
 import type { Decision, Header } from '../decision.ts';
 import type { GeoLookup, GeoRecord } from '../../shared/ports.ts';
 import { HEADER, JURISDICTION_NONE, type Access } from '../../shared/contract.ts';
+import { RE } from '../../shared/rules.ts';
 
 export interface GeoPolicy {
   readonly blockedCountries: ReadonlySet<string>;
@@ -244,7 +245,10 @@ export function createGeoClassifier(policy: GeoPolicy, geo: GeoLookup): (rawIp: 
     if (rec === null || rec.country === undefined) return UNKNOWN;
     let r = byRecord.get(rec);
     if (r === undefined) {
-      r = resolve(rec.country, rec.regions);
+      // Once per record: the codes become header values (x-edge-jurisdiction) and the geoblock
+      // answer's fields, so only well-formed ISO codes count; a record whose country is not one
+      // is an address without a country, a malformed subdivision is ignored.
+      r = RE.country.test(rec.country) ? resolve(rec.country, rec.regions.filter((x) => RE.region.test(x))) : UNKNOWN;
       byRecord.set(rec, r);
     }
     return r;
