@@ -262,7 +262,7 @@ describe('attacks on one stack', () => {
     const id = r.headers.get('x-request-id')!;
     let line: Record<string, unknown> | undefined;
     for (let i = 0; i < 50 && line === undefined; i++) {
-      line = stack.logs().split('\n').filter((l) => l.includes(id) && l.includes('"denied"')).map((l) => JSON.parse(l.replace(/^\[authz\] /, '')) as Record<string, unknown>)[0];
+      line = stack.logs().split('\n').filter((l) => l.includes(id) && l.includes('"msg":"decision"')).map((l) => JSON.parse(l.replace(/^\[authz\] /, '')) as Record<string, unknown>)[0];
       if (line === undefined) await sleep(20);
     }
     assert.ok(line !== undefined, 'the denial is logged');

@@ -261,7 +261,9 @@ test('npm start supervises: the TS service, Redis and the demo backend are resta
       if (r.status === 200 && unavailable !== undefined) break;
       await sleep(20);
     }
-    assert.deepEqual(unavailable, { error: 'service_unavailable', message: (unavailable as { message?: string } | undefined)?.message }, `503 JSON while down: ${seen.join(',')}`);
+    const u = unavailable as { message?: string; requestId?: string } | undefined;
+    assert.deepEqual(unavailable, { error: 'service_unavailable', message: u?.message, requestId: u?.requestId }, `503 JSON while down: ${seen.join(',')}`);
+    assert.match(String(u?.requestId), /^[0-9a-f-]{36}$/, 'Envoy\'s 503 names its request id');
     assert.equal(seen.at(-1), 200, `200 again within 10 s: ${seen.join(',')}`);
     process.stdout.write(`# TS service killed: 200 again after ${Date.now() - killedAt} ms\n`);
     await stack.waitFor(/npm start: the TS service exited \(signal SIGKILL\); restarting it in 0\.5 s \(restart 1\)\n(.|\n)*npm start: the TS service is back/, 10_000);

@@ -41,9 +41,9 @@ export { authzCluster, backendSni, marketCluster, orderBackendCluster, rateLimit
 export { extAuthzFilter, INGEST_HEADER_PHASE, ingestHeadersFilter } from './render/ext-authz.ts';
 export { httpConnectionManager } from './render/listener.ts';
 export {
-  BAD_REQUEST_CODE, BAD_REQUEST_MESSAGES, localReplyConfig, NOT_DELIVERED_FLAGS, OUTCOME_UNKNOWN_FLAGS, UPSTREAM_TIMEOUT_MESSAGE,
+  BAD_REQUEST_CODE, BAD_REQUEST_MESSAGES, localReplyConfig, NOT_DELIVERED_FLAGS, OUTCOME_UNKNOWN_FLAGS, REQUEST_ID_FORMAT, UPSTREAM_TIMEOUT_MESSAGE,
 } from './render/local-replies.ts';
-export { ORDER_BODY_FAILURE, orderBodyFilter } from './render/order-body.ts';
+export { ORDER_BODY_FAILURE_PREFIX, orderBodyFailure, orderBodyFilter } from './render/order-body.ts';
 export { clientRateLimits, local429Headers, RATE_LIMIT_V6_PREFIX, rateLimitFilter } from './render/rate-limit.ts';
 export { globalRateLimitFilter, RATE_LIMIT_SERVICE_TIMEOUT_MS, rateLimitServiceConfig } from './render/global-rate-limit.ts';
 export { routes } from './render/routes.ts';

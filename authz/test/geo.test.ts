@@ -15,7 +15,7 @@ import { loadPackageDefinition, SERVICE_NAMES } from '../../proto/index.ts';
 import { GeoDatabase, toGeoRecord } from '../src/shared/adapters/geoip.ts';
 import { MemoryNonceStore } from '../src/shared/adapters/nonce-store.ts';
 import { DEFAULT_GEOIP_DB, DEFAULT_GEO_NOTICE, loadConfig } from '../src/shared/config.ts';
-import { geoDenial, type Decision } from '../src/authz/decision.ts';
+import { denialBody, geoDenial, type Decision } from '../src/authz/decision.ts';
 import { encodeDecision, type Serialize } from '../src/authz/codec/response.ts';
 import { evaluate, type PipelineDeps } from '../src/authz/pipeline.ts';
 import type { GeoLookup, GeoRecord } from '../src/shared/ports.ts';
@@ -473,11 +473,12 @@ const linkCases: Record<string, string | undefined> = {
 };
 
 for (const [lname, url] of Object.entries(linkCases)) {
-  test(`geo denial – ${lname}: every blocked client gets the byte-identical 451`, async () => {
+  test(`geo denial – ${lname}: every blocked client gets the byte-identical 451 but for its request id`, async () => {
     const deps = pipeline(open(fx.geoip2), url);
     const decisions: Decision[] = [];
     for (const ip of Object.values(blockedClients)) decisions.push(await evaluate(input(ip), deps));
-    const wire = decisions.map((d) => encodeDecision(d, serialize));
+    const id = '5f0c6a4e-1b7d-4c1e-9a55-0d3c2b1a0f9e';
+    const wire = decisions.map((d) => encodeDecision(d, serialize, id));
     for (const [i, d] of decisions.entries()) {
       assert.equal(d.httpStatus, 451);
       assert.equal(d.code, 'restricted_jurisdiction');
@@ -486,8 +487,11 @@ for (const [lname, url] of Object.entries(linkCases)) {
       assert.deepEqual(wire[i], wire[0], 'byte-identical CheckResponse');
     }
     const d = decisions[0]!;
-    assert.deepEqual(JSON.parse(d.body), { error: 'restricted_jurisdiction', message: DEFAULT_GEO_NOTICE });
-    for (const cc of ['KP', 'CU', 'IR', 'CA-ON', 'ON']) assert.ok(!d.body.includes(cc), `the body never names ${cc}`);
+    assert.equal(denialBody(d, id), `{"error":"restricted_jurisdiction","message":${JSON.stringify(DEFAULT_GEO_NOTICE)},"requestId":"${id}"}`);
+    for (const cc of ['KP', 'CU', 'IR', 'CA-ON', 'ON']) assert.ok(!denialBody(d, id).includes(cc), `the body never names ${cc}`);
+    // Another request id changes those bytes of the answer and nothing else.
+    const other = 'a1b2c3d4-0000-4000-8000-000000000000';
+    assert.deepEqual(encodeDecision(d, serialize, other), Buffer.from(wire[0]!.toString('latin1').replace(id, other), 'latin1'));
     const headers = new Map(d.headers);
     assert.equal(headers.get('content-type'), 'application/json');
     assert.equal(headers.get('cache-control'), 'no-store');
@@ -495,7 +499,7 @@ for (const [lname, url] of Object.entries(linkCases)) {
     // On the wire: the 451 number survives encoding (not mapped to 403 by an enum).
     const res = checkDef.responseDeserialize(wire[0]!) as { denied_response?: { status?: { code?: number }; body?: string } };
     assert.equal(res.denied_response?.status?.code, 451);
-    assert.equal(res.denied_response?.body, d.body);
+    assert.equal(res.denied_response?.body, denialBody(d, id));
   });
 }
 

@@ -22,7 +22,8 @@ import { loadConfig, type Env } from '../../authz/src/shared/config.ts';
 import { loadCredentials } from '../../authz/src/shared/credentials.ts';
 import { ALLOW, type Decision } from '../../authz/src/authz/decision.ts';
 import { decodeCheckRequest } from '../../authz/src/authz/codec/request.ts';
-import { encodeDecision, type Serialize } from '../../authz/src/authz/codec/response.ts';
+import { encodeDecision, toCheckResponse, type Serialize } from '../../authz/src/authz/codec/response.ts';
+import { decisionLine, DECISION_MSG } from '../../authz/src/authz/decision-log.ts';
 import { checkDocument, parseIngestBody, verifyEnvelopeSignature } from '../../authz/src/shared/feed/envelope.ts';
 import { createLogger } from '../../authz/src/shared/log.ts';
 import { createMetrics } from '../../authz/src/shared/metrics.ts';
@@ -67,6 +68,8 @@ export interface InProcessResult {
 }
 
 const LOOP = { warmupMs: 150, batchMs: 60, reps: 7 } as const;
+/** An x-request-id as Envoy generates it (a UUID), for the denial encoding parts. */
+const REQUEST_ID = '0b8f1e2a-3c4d-4e5f-8a6b-7c8d9e0f1a2b';
 
 /** Builds the core in this process and times the decision logic and its parts. */
 export async function measureInProcess(inp: InProcessInputs, log: (m: string) => void): Promise<InProcessResult> {
@@ -135,6 +138,11 @@ export async function measureInProcess(inp: InProcessInputs, log: (m: string) =>
       metrics.decision(classify(inputA.method, inputA.path), ALLOW, Number(process.hrtime.bigint() - start) / 1e9);
     }),
     await t('metrics.decision alone', () => metrics.decision('read', ALLOW, 0.0001)),
+    await t('encodeDecision of a 451 (cached parts, request id spliced in)', () => encodeDecision(pipeline.geoDenial, serialize, REQUEST_ID)),
+    await t('toCheckResponse + serialize of the same 451 (what the splice replaces)', () => serialize(toCheckResponse(pipeline.geoDenial, REQUEST_ID))),
+    await t('decision log line (LOG_DECISIONS=all on an allow): decisionLine + pino, to a null stream', () => {
+      logger.info(decisionLine(inputA, ALLOW, 'read', 0.00004), DECISION_MSG);
+    }, 'serialization only; writing the line to stdout costs more (docs/operations.md "Decision log")'),
     await t('ingest: headers + window + HMAC-SHA256', () => checkIngestSignature(inputB, pipeline.ingest, nowSecs)),
     await t('ingest: parseIngestBody (JSON + strict base64)', () => parseIngestBody(body)),
     await t('ingest: SHA-256 + Ed25519 verify', () => verifyEnvelopeSignature(document, signature, pipeline.ingest.feedKeys)),

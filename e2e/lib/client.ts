@@ -56,12 +56,20 @@ export function uniqueId(prefix: string): string {
   return `${prefix}-${randomBytes(6).toString('hex')}`;
 }
 
-/** Asserts the API error shape and returns the code. */
+/**
+ * Asserts the API error shape (CONTRACT §2: error, message, field?, requestId, in this order;
+ * requestId is the x-request-id header of the same answer, null only when it has none) and
+ * returns the code.
+ */
 export function errorCode(r: Reply): string {
   if (!(r.headers.get('content-type') ?? '').startsWith('application/json')) {
     throw new Error(`status ${r.status}: content-type ${r.headers.get('content-type')} body ${r.text.slice(0, 200)}`);
   }
   const body = r.json();
   if (typeof body['error'] !== 'string' || typeof body['message'] !== 'string') throw new Error(`not a API error body: ${r.text.slice(0, 200)}`);
+  const keys = Object.keys(body).join(',');
+  if (keys !== 'error,message,requestId' && keys !== 'error,message,field,requestId') throw new Error(`error body keys ${keys}: ${r.text.slice(0, 200)}`);
+  const id = r.headers.get('x-request-id');
+  if (body['requestId'] !== id) throw new Error(`requestId ${JSON.stringify(body['requestId'])} is not the x-request-id header ${JSON.stringify(id)}`);
   return body['error'];
 }

@@ -42,9 +42,18 @@ function literal(text: string): string {
   return text.replaceAll('%', '%%');
 }
 
-/** A JSON local-reply body in the CONTRACT shape. Envoy's json_format sorts keys: error, message. */
+/**
+ * The request id in an Envoy-made body: the `x-request-id` Envoy generated for the request, the
+ * one `always_set_request_id_in_response` returns to the client.
+ */
+export const REQUEST_ID_FORMAT = '%REQ(X-REQUEST-ID)%';
+
+/**
+ * A JSON local-reply body in the CONTRACT shape: error, message, requestId (json_format writes
+ * the keys in this order).
+ */
 function jsonBody(code: string, message: string): JsonObject {
-  return { json_format: { error: literal(code), message: literal(message) }, content_type: 'application/json' };
+  return { json_format: { error: literal(code), message: literal(message), requestId: REQUEST_ID_FORMAT }, content_type: 'application/json' };
 }
 
 function contractBody(code: ErrorCode): JsonObject {

@@ -14,7 +14,7 @@ import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { parse } from 'yaml';
 import { loadConfig, type Config, type Env } from '../../authz/src/shared/config.ts';
-import { ALLOW, deny, geoDenial, type Decision } from '../../authz/src/authz/decision.ts';
+import { ALLOW, denialBody, deny, geoDenial, type Decision } from '../../authz/src/authz/decision.ts';
 import { ERROR_MESSAGE, ERROR_STATUS } from '../../authz/src/shared/errors.ts';
 import { CONTEXT_EXTENSION, HEADER_PHASE } from '../../authz/src/shared/contract.ts';
 import type { AuthzInput } from '../../authz/src/authz/codec/request.ts';
@@ -24,8 +24,8 @@ import { createGrpcServer, type AuthzGrpcServer } from '../../authz/src/authz/gr
 import { envoyBinary, REPO_ROOT, validateBootstrap } from '../envoy-bin.ts';
 import { main as renderCli, BOOTSTRAP_FILE, SDS_FILE } from '../render-cli.ts';
 import {
-  AUTHZ_HEADERS, BAD_REQUEST_CODE, CLIENT_CERT_SECRET, CLIENT_IP_HEADER, CLIENT_PORT_HEADER, CLUSTER, FILTER, ORDER_BODY_FAILURE, ORDER_BODY_LUA, ROUTE,
-  XFF_POLICY, canonicalIp, duration, renderEnvoy, xffMessage, type JsonObject, type RenderOptions,
+  AUTHZ_HEADERS, BAD_REQUEST_CODE, CLIENT_CERT_SECRET, CLIENT_IP_HEADER, CLIENT_PORT_HEADER, CLUSTER, FILTER, ORDER_BODY_FAILURE_PREFIX, orderBodyFailure, ORDER_BODY_LUA, ROUTE,
+  REQUEST_ID_FORMAT, XFF_POLICY, canonicalIp, duration, renderEnvoy, xffMessage, type JsonObject, type RenderOptions,
 } from '../render.ts';
 import {
   at, certPaths, clusterNamed, hcmOf, perFilter, httpFilters, makeCerts, request, routeNamed, routesOf, startBackendStub, startEnvoy,
@@ -186,7 +186,7 @@ for (const [name, variant] of Object.entries(VARIANTS)) {
         const first = (hcmOf(r.bootstrap)['local_reply_config'] as { mappers: Obj[] }).mappers[0]!;
         assert.match(JSON.stringify(first['filter']), new RegExp(`rbac_access_denied_matched_policy\\[${XFF_POLICY}\\]`));
         assert.equal(first['status_code'], 400);
-        assert.deepEqual(at(first, 'body_format_override.json_format'), { error: BAD_REQUEST_CODE, message: xffMessage(r.config.xffNumTrustedHops) });
+        assert.deepEqual(at(first, 'body_format_override.json_format'), { error: BAD_REQUEST_CODE, message: xffMessage(r.config.xffNumTrustedHops), requestId: REQUEST_ID_FORMAT });
       });
     }
 
@@ -283,7 +283,7 @@ for (const [name, variant] of Object.entries(VARIANTS)) {
       const lua = filterNamed(FILTER.lua);
       assert.equal(lua['disabled'], true);
       const source = String(at(lua, `typed_config.source_codes.${ORDER_BODY_LUA}.inline_string`));
-      assert.ok(source.includes(ORDER_BODY_FAILURE), 'the fail-closed reply is the CONTRACT JSON');
+      assert.ok(source.includes(ORDER_BODY_FAILURE_PREFIX), 'the fail-closed reply is the CONTRACT JSON');
       assert.match(source, /pcall\(process, handle\)/, 'a Lua error answers 503 instead of continuing');
       assert.equal(at(lua, 'typed_config.clear_route_cache'), false, 'the header rewrite must not re-choose the allowed route');
       const withLua = routesOf(r.bootstrap).filter((x) => findKeys(x, FILTER.lua).length > 0).map((x) => x['name']);
@@ -324,9 +324,14 @@ for (const [name, variant] of Object.entries(VARIANTS)) {
         const v = findKeys(m['filter'], 'default_value')[0];
         return typeof v === 'number' ? [[v, at(m, 'body_format_override.json_format') as Obj] as const] : [];
       }));
-      assert.deepEqual(byStatus.get(429), { error: 'too many requests', message: ERROR_MESSAGE['too many requests'] });
-      assert.deepEqual(byStatus.get(413), { error: 'payload_too_large', message: ERROR_MESSAGE.payload_too_large });
-      assert.deepEqual(byStatus.get(404), { error: 'not_found', message: ERROR_MESSAGE.not_found });
+      assert.deepEqual(byStatus.get(429), { error: 'too many requests', message: ERROR_MESSAGE['too many requests'], requestId: REQUEST_ID_FORMAT });
+      assert.deepEqual(byStatus.get(413), { error: 'payload_too_large', message: ERROR_MESSAGE.payload_too_large, requestId: REQUEST_ID_FORMAT });
+      assert.deepEqual(byStatus.get(404), { error: 'not_found', message: ERROR_MESSAGE.not_found, requestId: REQUEST_ID_FORMAT });
+      // Every Envoy-made body, the default included: error, message, requestId (the x-request-id).
+      for (const f of [...lr.mappers.slice(1).map((m) => at(m, 'body_format_override.json_format') as Obj), at(lr.body_format, 'json_format') as Obj]) {
+        assert.deepEqual(Object.keys(f), ['error', 'message', 'requestId']);
+        assert.equal(f['requestId'], '%REQ(X-REQUEST-ID)%');
+      }
       assert.equal(at(lr.body_format, 'content_type'), 'application/json');
       // Envoy's 501 for the client's own malformed request (unsupported transfer-encoding) is a
       // 400 bad_request, matched before the 5xx catch-all → 503.
@@ -533,12 +538,15 @@ describe('live Envoy 1.40 with the rendered config', { skip: envoyAvailable ? fa
     await Promise.all([authz?.close(0), market?.close(), backend?.close()]);
   });
 
+  /** CONTRACT §2: error, message, requestId = the x-request-id the client received (null without one). */
   const isContractJson = (res: { status: number; headers: Record<string, unknown>; body: string }, status: number, error: string): void => {
     assert.equal(res.status, status, res.body);
     assert.equal(res.headers['content-type'], 'application/json');
     const body = JSON.parse(res.body) as Obj;
     assert.equal(body['error'], error);
     assert.equal(typeof body['message'], 'string');
+    assert.deepEqual(Object.keys(body), ['error', 'message', 'requestId']);
+    assert.equal(body['requestId'], res.headers['x-request-id'] ?? null);
   };
 
   test('per-IP rate limit: burst then 429 "too many requests" JSON; another address is unaffected', async () => {
@@ -577,7 +585,10 @@ describe('live Envoy 1.40 with the rendered config', { skip: envoyAvailable ? fa
     try {
       const res = await request(envoy.edgePort, 'GET', '/v1/markets', client());
       assert.equal(res.status, 451);
-      assert.equal(res.body, geo.body);
+      const id = res.headers['x-request-id'] as string;
+      assert.match(id, /^[0-9a-f-]{36}$/);
+      assert.equal(res.body, denialBody(geo, id));
+      assert.equal(JSON.parse(res.body).requestId, id);
       assert.equal(res.headers['content-type'], 'application/json');
       assert.equal(res.headers['cache-control'], 'no-store');
       assert.equal(res.headers['link'], '<https://example.com/why>; rel="blocked-by"');
@@ -590,7 +601,8 @@ describe('live Envoy 1.40 with the rendered config', { skip: envoyAvailable ? fa
     try {
       const res = await request(envoy.edgePort, 'POST', '/v1/orders', { ...client(), ...J }, '{}');
       assert.equal(res.status, 400);
-      assert.equal(res.body, d.body);
+      assert.equal(res.body, denialBody(d, res.headers['x-request-id'] as string));
+      assert.deepEqual(Object.keys(JSON.parse(res.body)), ['error', 'message', 'field', 'requestId']);
     } finally { decide = orderOrAllow; }
   });
 
@@ -611,7 +623,7 @@ describe('live Envoy 1.40 with the rendered config', { skip: envoyAvailable ? fa
         const seen = backend.seen.length;
         const res = await request(envoy.edgePort, 'POST', '/v1/orders', { ...client(), ...J }, order(Buffer.from('x')));
         isContractJson(res, 503, 'service_unavailable');
-        assert.equal(res.body, ORDER_BODY_FAILURE);
+        assert.equal(res.body, orderBodyFailure(res.headers['x-request-id'] as string));
         assert.equal(backend.seen.length, seen);
       } finally { decide = orderOrAllow; }
     });

@@ -7,13 +7,14 @@ import type { Credentials } from '../shared/credentials.ts';
 import { geoDenial } from './decision.ts';
 import type { AuthzInput } from './codec/request.ts';
 import { createGrpcServer, type AuthzGrpcServer } from './grpc-server.ts';
-import { nonceTag, type Logger } from '../shared/log.ts';
+import type { Logger } from '../shared/log.ts';
+import { decisionLine, DECISION_MSG, shouldLogDecision } from './decision-log.ts';
 import { ReplicaWaitError } from '../shared/adapters/replica-wait.ts';
 import type { AuthzMetrics } from '../shared/metrics.ts';
 import { evaluate, routeLabel, type PipelineDeps } from './pipeline.ts';
 import type { Clock, GeoLookup, MarketLookup, NonceStore } from '../shared/ports.ts';
 import { createSealState, type SealState } from '../shared/seal.ts';
-import { createGeoClassifier } from './stages/geo.ts';
+import { createGeoClassifier, type GeoResult } from './stages/geo.ts';
 import { shadowHooks } from './shadow.ts';
 import type { GrpcServiceRegistration } from '../ratelimit/service.ts';
 
@@ -47,12 +48,18 @@ export interface AuthzCore {
 
 export function createAuthzCore(deps: AuthzCoreDeps): AuthzCore {
   const { config, credentials, logger, metrics } = deps;
+  const logDecisions = config.logDecisions;
   const sealState = deps.sealState ?? createSealState();
   const classifyGeoRaw = createGeoClassifier(config, deps.geo);
+  // The classification of the Check being evaluated, for its decision line. The pipeline calls
+  // classifyGeo synchronously, before its first await, so right after evaluate() returns (a
+  // Decision or a Promise) this holds that Check's result; undefined when geo did not run.
+  let lastGeo: GeoResult | undefined;
   const pipeline: PipelineDeps = {
     classifyGeo: (ip) => {
       const v = classifyGeoRaw(ip);
       metrics.geoVerdict(v);
+      lastGeo = v;
       return v;
     },
     geoDenial: geoDenial(config.geoNotice, config.geoBlockedByUrl),
@@ -90,17 +97,18 @@ export function createAuthzCore(deps: AuthzCoreDeps): AuthzCore {
   };
 
   const grpc = createGrpcServer({
-    evaluate: (input: AuthzInput) => evaluate(input, pipeline),
+    evaluate: (input: AuthzInput) => {
+      lastGeo = undefined;
+      const result = evaluate(input, pipeline);
+      input.geo = lastGeo;
+      return result;
+    },
     observe: (input, d, startNs) => {
       const route = routeLabel(input);
-      metrics.decision(route, d, Number(process.hrtime.bigint() - startNs) / 1e9);
-      // Decision log: denials of signed routes at info; geo/read denials are counted, logged at debug.
-      if (!d.allow && (route !== 'read' || logger.isLevelEnabled('debug'))) {
-        logger[route === 'read' ? 'debug' : 'info'](
-          { route, code: d.code, reason: d.reason, status: d.httpStatus, client: input.clientIp, requestId: input.requestId, nonceTag: nonceTag(input.nonce) },
-          'denied',
-        );
-      }
+      const seconds = Number(process.hrtime.bigint() - startNs) / 1e9;
+      metrics.decision(route, d, seconds);
+      // The decision log (LOG_DECISIONS; docs/operations.md "Decision log"): one info line per decision.
+      if (shouldLogDecision(logDecisions, d)) logger.info(decisionLine(input, d, route, seconds), DECISION_MSG);
     },
     onError: (where, err) => logger.error({ where, err: String(err) }, 'unexpected error: failed closed'),
     maxBodyBytes: Math.max(config.orderMaxBytes, config.ingestMaxBytes),

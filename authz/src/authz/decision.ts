@@ -1,8 +1,9 @@
 /**
  * One result type for every stage: a Decision. Denials are built once (at start-up or on
- * first use) and reused, so their wire encoding can be cached too (see authz/codec/response.ts).
+ * first use) and reused, so their wire encoding can be cached too (see authz/codec/response.ts);
+ * the one per-request part of a denial is the request id at the end of its body (denialBody).
  */
-import { ERROR_MESSAGE, ERROR_STATUS, errorJson, type ErrorCode } from '../shared/errors.ts';
+import { ERROR_MESSAGE, ERROR_STATUS, errorJsonPrefix, errorJsonWithId, type ErrorCode } from '../shared/errors.ts';
 
 export type Header = readonly [name: string, value: string];
 
@@ -16,8 +17,16 @@ export interface Decision {
   readonly reason: string;
   /** Headers of the denial response (or headers added upstream on an allow). */
   readonly headers: readonly Header[];
-  /** Denial body (error JSON); empty on allow. */
+  /**
+   * Denial body (error JSON) as sent in a Check without a request id (`"requestId":null`); empty
+   * on allow. The body sent for a request is denialBody(d, requestId).
+   */
   readonly body: string;
+  /**
+   * The denial body up to its request id, `{"error":…,"message":…[,"field":…]` (deny() and
+   * geoDenial() set it); denialBody appends the id.
+   */
+  readonly bodyPrefix?: string;
   /**
    * String fields sent as CheckResponse.dynamic_metadata on an allow (Envoy stores them under
    * `envoy.filters.http.ext_authz` for later filters; never sent upstream, never logged).
@@ -25,6 +34,19 @@ export interface Decision {
   readonly metadata?: Readonly<Record<string, string>>;
   /** Cache slot for the encoded CheckResponse (filled by authz/codec/response.ts). */
   encoded?: Buffer;
+}
+
+/**
+ * The body of a denial for one request: its error JSON with `"requestId"` last, the
+ * `x-request-id` Envoy generated and returns to the client (null in a Check without one).
+ */
+export function denialBody(d: Decision, requestId: string | undefined): string {
+  return d.bodyPrefix === undefined ? d.body : errorJsonWithId(d.bodyPrefix, requestId);
+}
+
+/** The body fields of a denial: its prefix and the whole body for a request without an id. */
+function bodyOf(prefix: string): { body: string; bodyPrefix: string } {
+  return { body: errorJsonWithId(prefix, undefined), bodyPrefix: prefix };
 }
 
 const JSON_HEADERS: readonly Header[] = Object.freeze([
@@ -51,7 +73,7 @@ export function deny(code: ErrorCode, message: string = ERROR_MESSAGE[code], fie
       httpStatus: ERROR_STATUS[code],
       reason: field === undefined ? code : `${code}:${field}`,
       headers: JSON_HEADERS,
-      body: errorJson(code, message, field),
+      ...bodyOf(errorJsonPrefix(code, message, field)),
     };
     // Bounded: messages and fields come from code, never from client input.
     if (denials.size < 1024) denials.set(key, d);
@@ -61,7 +83,8 @@ export function deny(code: ErrorCode, message: string = ERROR_MESSAGE[code], fie
 
 /**
  * The one uniform geo denial: 451, GEO_NOTICE, `Cache-Control: no-store` (451 is cacheable
- * by default) and, when configured, `Link: <url>; rel="blocked-by"` (RFC 7725). Built once.
+ * by default) and, when configured, `Link: <url>; rel="blocked-by"` (RFC 7725). Built once: every
+ * blocked client gets the same bytes but for the request id (CONTRACT §2).
  */
 export function geoDenial(notice: string, blockedByUrl: string | undefined): Decision {
   const headers: Header[] = [...JSON_HEADERS];
@@ -72,6 +95,6 @@ export function geoDenial(notice: string, blockedByUrl: string | undefined): Dec
     httpStatus: 451,
     reason: 'restricted_jurisdiction',
     headers: Object.freeze(headers),
-    body: errorJson('restricted_jurisdiction', notice),
+    ...bodyOf(errorJsonPrefix('restricted_jurisdiction', notice)),
   };
 }

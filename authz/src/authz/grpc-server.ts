@@ -5,7 +5,8 @@
  *
  * Check is registered with its own (de)serializers: requests are decoded lean straight
  * into AuthzInput (authz/codec/request.ts) and responses are cached encodings of shared
- * Decision constants (authz/codec/response.ts). Reflection still describes the real protos.
+ * Decision constants (authz/codec/response.ts), a denial with the request's id spliced into its
+ * body. Reflection still describes the real protos.
  */
 import * as grpc from '@grpc/grpc-js';
 import type { MethodDefinition, ServiceDefinition } from '@grpc/proto-loader';
@@ -57,16 +58,17 @@ export function createGrpcServer(deps: GrpcDeps): AuthzGrpcServer {
     Check: {
       ...checkDef,
       requestDeserialize: decodeCheckRequest,
-      responseSerialize: (d: Decision) => encodeDecision(d, serialize),
+      // An allow goes as its Decision (cached bytes); a denial is encoded in Check, with its request id.
+      responseSerialize: (r: Decision | Buffer) => (Buffer.isBuffer(r) ? r : encodeDecision(r, serialize)),
     },
   } as unknown as grpc.ServiceDefinition;
 
-  const check: grpc.handleUnaryCall<AuthzInput, Decision> = (call, callback) => {
+  const check: grpc.handleUnaryCall<AuthzInput, Decision | Buffer> = (call, callback) => {
     const start = process.hrtime.bigint();
     const input = call.request;
     const done = (d: Decision): void => {
       deps.observe(input, d, start);
-      callback(null, d);
+      callback(null, d.allow ? d : encodeDecision(d, serialize, input.requestId));
     };
     let result: Decision | Promise<Decision>;
     try {

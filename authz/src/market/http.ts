@@ -67,8 +67,26 @@ function send(res: ServerResponse, status: number, body: string, headers: Record
   res.end(body);
 }
 
+/**
+ * The request id of an error body: the `x-request-id` Envoy generated for the request (and
+ * returns to the client), null when the request came without one (not through Envoy).
+ */
+function requestIdOf(req: IncomingMessage): string | null {
+  const id = req.headers['x-request-id'];
+  return typeof id === 'string' && id !== '' ? id : null;
+}
+
+/**
+ * The same for a request Node's parser refused (no IncomingMessage): the header as it appears in
+ * the bytes that failed to parse, if it is there and looks like an id Envoy generates; else null.
+ */
+export function requestIdInRaw(raw: unknown): string | null {
+  if (!Buffer.isBuffer(raw)) return null;
+  return /\r\nx-request-id:[ \t]*([A-Za-z0-9._-]{1,128})[ \t]*\r\n/i.exec(raw.toString('latin1'))?.[1] ?? null;
+}
+
 function sendError(res: ServerResponse, code: ErrorCode, message?: string, headers: Record<string, string> = {}): void {
-  send(res, ERROR_STATUS[code], errorJson(code, message), { 'cache-control': 'no-store', ...headers });
+  send(res, ERROR_STATUS[code], errorJson(code, message, undefined, requestIdOf(res.req)), { 'cache-control': 'no-store', ...headers });
 }
 
 /** Reads the body up to `max` bytes; throws HttpError(payload_too_large) beyond. */
@@ -317,7 +335,7 @@ export function createMarketService(deps: MarketServiceDeps): MarketService {
       : err.code === 'ERR_HTTP_REQUEST_TIMEOUT'
         ? [408, 'Request Timeout', BAD_REQUEST_MESSAGE_BY_STATUS[408]]
         : [400, 'Bad Request', ERROR_MESSAGE.bad_request];
-    socket.end(`HTTP/1.1 ${status} ${reason}\r\ncontent-type: application/json\r\nconnection: close\r\n\r\n${errorJson('bad_request', message)}`);
+    socket.end(`HTTP/1.1 ${status} ${reason}\r\ncontent-type: application/json\r\nconnection: close\r\n\r\n${errorJson('bad_request', message, undefined, requestIdInRaw((err as { rawPacket?: unknown }).rawPacket))}`);
   });
 
   return {

@@ -53,6 +53,13 @@ export const SHADOW_SETTINGS = [
   'SHADOW_BLOCKED_COUNTRIES', 'SHADOW_BLOCKED_REGIONS', 'SHADOW_CLOSE_ONLY_COUNTRIES', 'SHADOW_CLOSE_ONLY_REGIONS', 'SHADOW_GEO_UNKNOWN',
 ] as const;
 
+/** LOG_DECISIONS: which authz decisions are logged (docs/operations.md "Decision log"). */
+export const LOG_DECISIONS = ['all', 'denials', 'off'] as const;
+export type LogDecisions = (typeof LOG_DECISIONS)[number];
+function isLogDecisions(v: string): v is LogDecisions {
+  return (LOG_DECISIONS as readonly string[]).includes(v);
+}
+
 export interface OrderBackendConfig {
   /** https://host:port */
   readonly url: string;
@@ -155,6 +162,11 @@ export interface Config {
   readonly authzTimeoutMs: number;
   readonly shutdownGraceMs: number;
   readonly logLevel: string;
+  /**
+   * Which authz decisions get their one decision-log line (LOG_DECISIONS): `all`, `denials`
+   * (every denial, no allow) or `off`; at info, so LOG_LEVEL above info silences them too.
+   */
+  readonly logDecisions: LogDecisions;
   readonly workers: number;
 }
 
@@ -400,6 +412,8 @@ export function loadConfig(env: Env = process.env): Config {
   if (!['trace', 'debug', 'info', 'warn', 'error', 'fatal', 'silent'].includes(logLevel)) {
     throw new ConfigError('LOG_LEVEL', 'trace|debug|info|warn|error|fatal|silent', logLevel);
   }
+  const logDecisions = (str(env, 'LOG_DECISIONS') ?? 'denials').toLowerCase();
+  if (!isLogDecisions(logDecisions)) throw new ConfigError('LOG_DECISIONS', 'all|denials|off', logDecisions);
   const geoNotice = str(env, 'GEO_NOTICE') ?? DEFAULT_GEO_NOTICE;
   const replayWindowSecs = int(env, 'REPLAY_WINDOW_SECS', 300, 1, 86_400);
   const nonceTtlSecs = int(env, 'NONCE_TTL_SECS', 600, 1, 7 * 86_400);
@@ -456,6 +470,7 @@ export function loadConfig(env: Env = process.env): Config {
     authzTimeoutMs: int(env, 'AUTHZ_TIMEOUT_MS', 1000, 10, 60_000),
     shutdownGraceMs: int(env, 'SHUTDOWN_GRACE_MS', 5000, 0, 120_000),
     logLevel,
+    logDecisions,
     workers,
   });
 }

@@ -1,6 +1,9 @@
 /**
- * The one error table (docs/api.md "Errors"). Every error body, whoever produces it, is
- * `{"error": "<code>", "message": "<text>"}` with `content-type: application/json`.
+ * The one error table (docs/api.md "Errors"). Every error body the edge answers, whoever
+ * produces it, is `{"error": "<code>", "message": "<text>", "field"?: "<name>", "requestId": "<id>"|null}`
+ * with `content-type: application/json`, keys in that order. `requestId` is the `x-request-id`
+ * the client received (Envoy generates it), or null when there is none (a request Envoy refused
+ * before it had an id, a Check or market request sent without one).
  * The Envoy renderer, the authz denials and the market service all read this table.
  */
 
@@ -80,10 +83,38 @@ export interface ErrorBody {
   readonly error: ErrorCode;
   readonly message: string;
   readonly field?: string;
+  /** The x-request-id the client received; null when there is none. */
+  readonly requestId?: string | null;
 }
 
-/** The JSON error body text for a code. */
-export function errorJson(code: ErrorCode, message: string = ERROR_MESSAGE[code], field?: string): string {
+/**
+ * The error body up to (not including) its request id: `{"error":…,"message":…[,"field":…]`.
+ * Denials cache it and append REQUEST_ID_KEY, the id and `}` per request (errorJsonWithId).
+ */
+export function errorJsonPrefix(code: ErrorCode, message: string = ERROR_MESSAGE[code], field?: string): string {
   const body: ErrorBody = field === undefined ? { error: code, message } : { error: code, message, field };
-  return JSON.stringify(body);
+  return JSON.stringify(body).slice(0, -1);
+}
+
+/** What follows an errorJsonPrefix: the request id key, then the id as JSON, then `}`. */
+export const REQUEST_ID_KEY = ',"requestId":';
+
+/** The request id as a JSON value: a JSON string, or `null` when there is none (undefined or empty). */
+export function requestIdJson(requestId: string | null | undefined): string {
+  return requestId === undefined || requestId === null || requestId === '' ? 'null' : JSON.stringify(requestId);
+}
+
+/** A whole error body from its cached prefix and this request's id. */
+export function errorJsonWithId(prefix: string, requestId: string | null | undefined): string {
+  return `${prefix}${REQUEST_ID_KEY}${requestIdJson(requestId)}}`;
+}
+
+/**
+ * The JSON error body text for a code. Every answer the edge gives passes `requestId` (null when
+ * the request has none); omitted, the body has no requestId key (the admin port's own answers,
+ * which no client of the edge receives).
+ */
+export function errorJson(code: ErrorCode, message: string = ERROR_MESSAGE[code], field?: string, requestId?: string | null): string {
+  const prefix = errorJsonPrefix(code, message, field);
+  return requestId === undefined ? `${prefix}}` : errorJsonWithId(prefix, requestId);
 }

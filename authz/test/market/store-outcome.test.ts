@@ -131,12 +131,14 @@ describe('ingest writes whose reply is lost', () => {
     const d = doc('0xunknown', 1);
     proxy.mode = 'cut-reply';
     const started = Date.now();
-    const res = fetch(`${base}/internal/ingest/market`, { method: 'POST', body: JSON.stringify({ conditionId: '0xunknown', ...d.envelope }) });
+    const res = fetch(`${base}/internal/ingest/market`, {
+      method: 'POST', body: JSON.stringify({ conditionId: '0xunknown', ...d.envelope }), headers: { 'x-request-id': 'req-outcome-unknown' },
+    });
     await sleep(300);
     proxy.mode = 'refuse';
     const r = await res;
     assert.equal(r.status, 504);
-    assert.deepEqual(await r.json(), { error: 'backend_timeout', message: STORE_OUTCOME_UNKNOWN_MESSAGE });
+    assert.deepEqual(await r.json(), { error: 'backend_timeout', message: STORE_OUTCOME_UNKNOWN_MESSAGE, requestId: 'req-outcome-unknown' });
     assert.ok(Date.now() - started >= STORE_RESOLVE_MS, 'it waited for Redis before giving up');
     proxy.mode = 'pass';
     // The honest "unknown": here the write did land, and a re-send says so with 409.

@@ -17,6 +17,7 @@
  */
 import protobuf from 'protobufjs/minimal.js';
 import { CONTEXT_EXTENSION, HEADER, HEADER_PHASE, ROUTE_KINDS, type RouteKind } from '../../shared/contract.ts';
+import type { GeoResult } from '../stages/geo.ts';
 
 const { Reader } = protobuf;
 type ProtoReader = protobuf.Reader;
@@ -46,6 +47,12 @@ export interface AuthzInput {
    * undefined in a hand-made Check, which is then classified by method and path.
    */
   route: RouteKind | undefined;
+  /**
+   * Filled while deciding, for the decision log (authz/decision-log.ts), never by the decoder:
+   * the geo classification the pipeline enforced (a shared object; undefined when geo did not
+   * run: sealed, the geoblock route).
+   */
+  geo?: GeoResult | undefined;
 }
 
 const WANTED = new Set<string>([HEADER.clientIp, HEADER.timestamp, HEADER.nonce, HEADER.signature, HEADER.requestId]);

@@ -1,9 +1,13 @@
 /**
- * Decision → CheckResponse. Pure translation, plus a per-Decision cache of the encoded
- * bytes: denials and plain allows are shared constants, so each is serialized once; an order's
- * allow carries its own payload (`metadata`) and is serialized per request, never cached.
+ * Decision → CheckResponse. Pure translation, plus caches of the encoded bytes:
+ * - plain allows are shared constants, serialized once;
+ * - an order's allow carries its own payload (`metadata`) and is encoded per request (allow-encoder.ts);
+ * - a denial is a shared constant too, but its body ends with the request's id (CONTRACT §2), so
+ *   everything around the body is serialized once and each request only splices its body in
+ *   (one buffer, no protobuf encoder; the bytes equal a full serialization, tested).
  */
-import type { Decision } from '../decision.ts';
+import { denialBody, type Decision } from '../decision.ts';
+import { REQUEST_ID_KEY, requestIdJson } from '../../shared/errors.ts';
 import { encodeAllowWithMetadata } from './allow-encoder.ts';
 
 /** google.rpc.Code values used in CheckResponse.status. */
@@ -17,12 +21,19 @@ function grpcCodeFor(d: Decision): number {
   return GRPC_CODE.PERMISSION_DENIED;
 }
 
-/** The CheckResponse as a proto-loader plain object (keepCase field names). */
-export function toCheckResponse(d: Decision): Record<string, unknown> {
-  const headers = d.headers.map(([key, value]) => ({
+function headerOptions(d: Decision): { header: { key: string; value: string }; append_action: string }[] {
+  return d.headers.map(([key, value]) => ({
     header: { key, value },
     append_action: 'OVERWRITE_IF_EXISTS_OR_ADD',
   }));
+}
+
+/**
+ * The CheckResponse as a proto-loader plain object (keepCase field names). A denial's body
+ * carries `requestId` (null when undefined).
+ */
+export function toCheckResponse(d: Decision, requestId?: string): Record<string, unknown> {
+  const headers = headerOptions(d);
   if (d.allow) {
     const res: Record<string, unknown> = { status: { code: GRPC_CODE.OK }, ok_response: headers.length > 0 ? { headers } : {} };
     if (d.metadata !== undefined) {
@@ -37,17 +48,110 @@ export function toCheckResponse(d: Decision): Record<string, unknown> {
     return res;
   }
   return {
-    status: { code: grpcCodeFor(d), message: d.reason },
+    status: statusOf(d),
     // The HTTP status must be the raw number: 451 is not in Envoy's StatusCode enum, and a
     // name or string would be encoded as 0, which Envoy turns into 403 (notes/envoy.md §0).
-    denied_response: { status: { code: d.httpStatus }, headers, body: d.body },
+    denied_response: { status: { code: d.httpStatus }, headers, body: denialBody(d, requestId) },
   };
+}
+
+function statusOf(d: Decision): { code: number; message: string } {
+  return { code: grpcCodeFor(d), message: d.reason };
 }
 
 export type Serialize = (value: object) => Buffer;
 
-/** Returns the encoded CheckResponse for `d`, serializing a shared decision only the first time. */
-export function encodeDecision(d: Decision, serialize: Serialize): Buffer {
+/**
+ * The parts of a denial's CheckResponse that never change, as wire bytes:
+ *   `status` (field 1, whole) · tag of `denied_response` (field 2) · its `status` and `headers`
+ *   (fields 1 and 2 of DeniedHttpResponse) · `body` (field 3) = bodyPrefix + id suffix.
+ */
+interface DenialParts {
+  /** CheckResponse.status, tag and length included. */
+  readonly status: Buffer;
+  /** DeniedHttpResponse's fields before `body` (status, headers), tags included. */
+  readonly inner: Buffer;
+  /** The body's prefix in UTF-8 (the whole body when the decision has no prefix). */
+  readonly prefix: Buffer;
+  /** Whether the request id is appended to `prefix` (false: a decision without bodyPrefix). */
+  readonly withId: boolean;
+}
+
+const denialParts = new WeakMap<Decision, DenialParts>();
+
+function varintLength(n: number): number {
+  let len = 1;
+  while (n >= 0x80) {
+    n >>>= 7;
+    len++;
+  }
+  return len;
+}
+
+function writeVarint(buf: Buffer, pos: number, n: number): number {
+  while (n >= 0x80) {
+    buf[pos++] = (n & 0x7f) | 0x80;
+    n >>>= 7;
+  }
+  buf[pos++] = n;
+  return pos;
+}
+
+/** Field 2 (denied_response) and field 3 (body), length-delimited: (2 << 3) | 2 and (3 << 3) | 2. */
+const TAG_DENIED_RESPONSE = 0x12;
+const TAG_BODY = 0x1a;
+
+function partsOf(d: Decision, serialize: Serialize): DenialParts {
+  let parts = denialParts.get(d);
+  if (parts === undefined) {
+    const status = serialize({ status: statusOf(d) });
+    // A CheckResponse holding only denied_response without a body: tag, length, then the inner fields.
+    const denied = serialize({ denied_response: { status: { code: d.httpStatus }, headers: headerOptions(d) } });
+    if (denied[0] !== TAG_DENIED_RESPONSE) throw new Error('CheckResponse.denied_response did not encode as field 2');
+    let innerLength = 0;
+    let pos = 1;
+    for (let shift = 0; ; shift += 7) {
+      const b = denied[pos++]!;
+      innerLength |= (b & 0x7f) << shift;
+      if (b < 0x80) break;
+    }
+    if (pos + innerLength !== denied.length) throw new Error('CheckResponse.denied_response holds more than expected');
+    const inner = denied.subarray(pos);
+    const withId = d.bodyPrefix !== undefined;
+    parts = { status, inner: Buffer.from(inner), prefix: Buffer.from(d.bodyPrefix ?? d.body, 'utf8'), withId };
+    denialParts.set(d, parts);
+  }
+  return parts;
+}
+
+/**
+ * A denial's CheckResponse for one request: the cached parts with the body (bodyPrefix, then
+ * `,"requestId":<id>}`) spliced in. Byte-identical to serialize(toCheckResponse(d, requestId)).
+ */
+export function encodeDenial(d: Decision, requestId: string | undefined, serialize: Serialize): Buffer {
+  const p = partsOf(d, serialize);
+  const suffix = p.withId ? `${REQUEST_ID_KEY}${requestIdJson(requestId)}}` : '';
+  const suffixLength = Buffer.byteLength(suffix, 'utf8');
+  const bodyLength = p.prefix.length + suffixLength;
+  const deniedLength = p.inner.length + 1 + varintLength(bodyLength) + bodyLength;
+  const out = Buffer.allocUnsafe(p.status.length + 1 + varintLength(deniedLength) + deniedLength);
+  let pos = p.status.copy(out, 0);
+  out[pos++] = TAG_DENIED_RESPONSE;
+  pos = writeVarint(out, pos, deniedLength);
+  pos += p.inner.copy(out, pos);
+  out[pos++] = TAG_BODY;
+  pos = writeVarint(out, pos, bodyLength);
+  pos += p.prefix.copy(out, pos);
+  out.write(suffix, pos, 'utf8');
+  return out;
+}
+
+/**
+ * Returns the encoded CheckResponse for `d`: a shared allow is serialized only the first time,
+ * an order's allow per request, a denial with `requestId` in its body (encodeDenial).
+ */
+export function encodeDecision(d: Decision, serialize: Serialize, requestId?: string): Buffer {
+  if (!d.allow) return encodeDenial(d, requestId, serialize);
   // An order's allow, built per order: encoded by hand (codec/allow-encoder.ts, byte-identical).
   if (d.metadata !== undefined) return encodeAllowWithMetadata(d.headers, d.metadata);
   let bytes = d.encoded;

@@ -1,0 +1,87 @@
+/**
+ * The decision log: one JSON line per ext_authz decision (docs/operations.md "Decision log"),
+ * found by the `requestId` the client quotes (the `x-request-id` it received, also in every error
+ * body and in Envoy's access log as `request_id`).
+ *
+ * What a line holds, and deliberately not: the client's address class (`ipv4`, `ipv6`, `trusted`
+ * or `invalid`), never the address itself (Envoy's access log line with the same request id has
+ * it, for whoever may see it); the country and tier the geo stage decided; for an ingest the
+ * 12-hex `nonceTag`, never the nonce, signature, timestamp, body or any key; never an order's
+ * payload.
+ */
+import type { LogDecisions } from '../shared/config.ts';
+import { nonceTag } from '../shared/log.ts';
+import type { AuthzInput } from './codec/request.ts';
+import type { Decision } from './decision.ts';
+import type { RouteLabel } from './pipeline.ts';
+import { normalizeIp } from './stages/geo.ts';
+
+/** The message of every decision line (`jq 'select(.msg == "decision")'`). */
+export const DECISION_MSG = 'decision';
+
+export type ClientClass = 'ipv4' | 'ipv6' | 'trusted' | 'invalid';
+
+export interface DecisionLine {
+  readonly requestId: string | null;
+  readonly route: RouteLabel;
+  readonly outcome: 'allow' | 'deny';
+  /** `ok` for an allow, else the error code of the body. */
+  readonly code: string;
+  readonly status: number;
+  /** The code and, for invalid_order, the field (`invalid_order:size`); denials only. */
+  readonly reason?: string;
+  readonly client: ClientClass;
+  /** ISO country of the client's GeoIP record; null when not looked up or none. */
+  readonly country: string | null;
+  /** The region whose rule applied, else the record's first subdivision; null when none. */
+  readonly region: string | null;
+  /** The jurisdiction tier geo decided (`full`, `close-only`, `blocked`); null when geo did not run. */
+  readonly tier: string | null;
+  /** The geo verdict (edge_geo_verdicts_total's label); null when geo did not run. */
+  readonly geo: string | null;
+  /**
+   * With a shadow policy (SHADOW_*): the tier it would have given (`full`, `close-only`,
+   * `blocked`), whether or not it agrees with `tier`; absent without one, or where geo did not run.
+   */
+  readonly shadow?: string;
+  /** Check received → decided, in milliseconds (µs precision). */
+  readonly latencyMs: number;
+  /** Ingest only: the first 12 hex characters of the nonce's SHA-256. */
+  readonly nonceTag?: string;
+}
+
+/** Whether a decision gets a line under LOG_DECISIONS (cheap: no allocation on the allow path). */
+export function shouldLogDecision(setting: LogDecisions, d: Decision): boolean {
+  return d.allow ? setting === 'all' : setting !== 'off';
+}
+
+function clientClass(input: AuthzInput): ClientClass {
+  if (input.geo?.verdict === 'trusted') return 'trusted';
+  const ip = normalizeIp(input.clientIp);
+  return ip === '' ? 'invalid' : ip.includes(':') ? 'ipv6' : 'ipv4';
+}
+
+/** The line for one decision (built only when it is written; optional keys come last). */
+export function decisionLine(input: AuthzInput, d: Decision, route: RouteLabel, seconds: number): DecisionLine {
+  const geo = input.geo;
+  const line: { -readonly [K in keyof DecisionLine]: DecisionLine[K] } = {
+    requestId: input.requestId === undefined || input.requestId === '' ? null : input.requestId,
+    route,
+    outcome: d.allow ? 'allow' : 'deny',
+    code: d.code,
+    status: d.httpStatus,
+    client: clientClass(input),
+    country: geo === undefined ? null : geo.country,
+    region: geo === undefined ? null : geo.region,
+    tier: geo === undefined ? null : geo.access,
+    geo: geo === undefined ? null : geo.verdict,
+    latencyMs: Math.round(seconds * 1e6) / 1e3,
+  };
+  if (!d.allow) line.reason = d.reason;
+  if (geo?.shadow !== undefined) line.shadow = geo.shadow.access;
+  if (route === 'ingest' || route === 'ingest_headers') {
+    const tag = nonceTag(input.nonce);
+    if (tag !== undefined) line.nonceTag = tag;
+  }
+  return line;
+}
