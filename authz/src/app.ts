@@ -4,11 +4,13 @@
  */
 import type { Redis } from 'ioredis';
 import { GeoDatabase } from './shared/adapters/geoip.ts';
+import { AnonymizerDatabase } from './shared/adapters/anonymizer.ts';
 import { MemoryNonceStore, RedisNonceStore } from './shared/adapters/nonce-store.ts';
 import { createRedis } from './shared/adapters/redis.ts';
 import { ReplicaWait } from './shared/adapters/replica-wait.ts';
 import { createAuthzCore } from './authz/core.ts';
 import { createGeoClassifier } from './authz/stages/geo.ts';
+import { withAnonymizer } from './authz/stages/anonymizer.ts';
 import { configWarnings, type Config } from './shared/config.ts';
 import { loadCredentials } from './shared/credentials.ts';
 import type { Logger } from './shared/log.ts';
@@ -48,6 +50,18 @@ export async function createApp(config: Config, logger: Logger, hooks: { onSeale
   });
   geoReady = true;
   geo.watch(config.geoipReloadIntervalMs);
+  // ANONYMIZER_DB (GeoIP2 Anonymous IP layout): reloaded on replace like GEOIP_DB.
+  const anonymizer = config.anonymizer === undefined ? undefined : new AnonymizerDatabase(config.anonymizer.db, {
+    onReload: (ok, path, err) => {
+      metrics.anonymizerReload(ok);
+      if (ok) logger.info({ path }, 'anonymizer database reloaded');
+      else logger.error({ path, err: String(err) }, 'anonymizer database replacement refused (corrupt?); the previous database keeps serving');
+    },
+  });
+  if (anonymizer !== undefined && config.anonymizer !== undefined) {
+    anonymizer.watch(config.geoipReloadIntervalMs);
+    logger.info({ path: config.anonymizer.db, flags: config.anonymizer.flags, policy: config.anonymizer.actions }, 'anonymizer rule on');
+  }
 
   let redis: Redis | undefined;
   if (config.redisUrl !== undefined) {
@@ -75,6 +89,7 @@ export async function createApp(config: Config, logger: Logger, hooks: { onSeale
   const sealState = createSealState();
   const core = createAuthzCore({
     config, credentials, geo, nonces, markets: store, clock: systemClock, logger, metrics, sealState,
+    ...(anonymizer === undefined ? {} : { anonymizer }),
     grpcServices: [rateLimitService({ buckets, limits: config, metrics, logger })],
   });
   const market = createMarketService({
@@ -85,8 +100,9 @@ export async function createApp(config: Config, logger: Logger, hooks: { onSeale
     registry: metrics.registry,
     readiness: () => ({ authz: !sealState.sealed, geoip: geoReady, store: store.ready() }),
     isSealed: () => sealState.refuses(),
-    // GET /v1/geoblock: the authz classifier's answer (same settings, same GeoDatabase object).
-    geoblock: createGeoClassifier(config, geo),
+    // GET /v1/geoblock: the authz classifier's answer (same settings, same GeoDatabase object),
+    // and "blocked" for an address the anonymizer rule refuses orders (what a trader asks).
+    geoblock: withAnonymizer(createGeoClassifier(config, geo), core.pipeline.anonymizer?.blocks),
     host: config.marketBindAddress,
     port: config.marketPort,
   });
@@ -114,6 +130,7 @@ export async function createApp(config: Config, logger: Logger, hooks: { onSeale
       await store.close();
       for (const fn of stops) await fn();
       geo?.close();
+      anonymizer?.close();
       replicas?.close();
       redis?.disconnect();
     },

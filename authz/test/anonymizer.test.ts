@@ -4,11 +4,20 @@
  * swapped in (a corrupt one refused, the old answers kept). Test databases come from
  * fixtures/make-anonymizer-mmdb.py, generated at test time.
  */
-import { after, test } from 'node:test';
+import { after, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { copyFileSync, renameSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { AnonymizerDatabase, flagBits, recordBits } from '../src/shared/adapters/anonymizer.ts';
+import { createAnonymizerCheck, withAnonymizer } from '../src/authz/stages/anonymizer.ts';
+import { ConfigError, KNOWN_SETTINGS, loadConfig } from '../src/shared/config.ts';
+import { GeoDatabase } from '../src/shared/adapters/geoip.ts';
+import { MemoryNonceStore } from '../src/shared/adapters/nonce-store.ts';
+import { HmacSha256Key } from '../src/shared/crypto/hmac.ts';
+import { geoDenial } from '../src/authz/decision.ts';
+import { evaluate, type PipelineDeps } from '../src/authz/pipeline.ts';
+import { createGeoClassifier } from '../src/authz/stages/geo.ts';
+import { fakeMarkets, fixedClock, HMAC_KEY, newFeedKey } from './helpers.ts';
 import { ANONYMIZER_FLAGS } from '../src/shared/ports.ts';
 import { anonymizerFixtures } from './anonymizer-fixtures.ts';
 import { geoFixtures, scratchDir } from './geo-fixtures.ts';
@@ -94,4 +103,133 @@ test('anonymizer database: a file that is not a MaxMind database is refused at s
   writeFileSync(join(dir, 'empty.mmdb'), '');
   assert.throws(() => new AnonymizerDatabase(join(dir, 'empty.mmdb')));
   assert.throws(() => new AnonymizerDatabase(geoFixtures().corruptTruncated));
+});
+
+// ---------------------------------------------------------------------------------------
+// The stage: which routes refuse which flags
+// ---------------------------------------------------------------------------------------
+test('anonymizer check: a flagged address is refused only on the routes whose action is block, and only for the flags that count', () => {
+  const db = open(fx.anonymizer);
+  const check = createAnonymizerCheck({
+    flagMask: flagBits(['is_anonymous_vpn', 'is_tor_exit_node']),
+    actions: { order: 'block', ingest: 'block', read: 'allow', geoblock: 'allow' },
+  }, db);
+  assert.equal(check('192.0.2.65', 'order'), true, 'VPN on orders');
+  assert.equal(check('192.0.2.65', 'ingest'), true, 'VPN on ingest');
+  assert.equal(check('192.0.2.65', 'read'), false, 'reads allow anonymizers');
+  assert.equal(check('192.0.2.113', 'order'), true, 'Tor exit');
+  assert.equal(check('192.0.2.81', 'order'), false, 'hosting provider does not count here');
+  assert.equal(check('192.0.2.97', 'order'), false, 'public proxy does not count here');
+  assert.equal(check('192.0.2.49', 'order'), false, 'residential proxy does not count here');
+  assert.equal(check('192.0.2.1', 'order'), false, 'no record');
+  assert.equal(check('::ffff:192.0.2.65', 'order'), true, 'an IPv4-mapped address is its IPv4');
+  assert.equal(check('2001:db8:3:a000::7', 'order'), true, 'IPv6 VPN');
+  assert.equal(check('garbage', 'order'), false, 'not an address: nothing to look up (geo has already decided it)');
+});
+
+test('anonymizer check: a route that allows anonymizers never asks the database', () => {
+  let asked = 0;
+  const check = createAnonymizerCheck({ flagMask: flagBits(['is_anonymous']), actions: { order: 'block', ingest: 'allow', read: 'allow', geoblock: 'allow' } }, {
+    flags: () => {
+      asked++;
+      return 1;
+    },
+  });
+  assert.equal(check('192.0.2.65', 'read'), false);
+  assert.equal(check('192.0.2.65', 'ingest'), false);
+  assert.equal(asked, 0);
+  assert.equal(check('192.0.2.65', 'order'), true);
+  assert.equal(asked, 1);
+});
+
+// ---------------------------------------------------------------------------------------
+// Settings
+// ---------------------------------------------------------------------------------------
+test('ANONYMIZER_* settings: none → no rule; the defaults; flags and policy parsed; each refused value names its variable', () => {
+  assert.equal(loadConfig({}).anonymizer, undefined);
+  const def = loadConfig({ ANONYMIZER_DB: '/x.mmdb' }).anonymizer;
+  assert.deepEqual(def?.flags, ['is_anonymous_vpn', 'is_public_proxy', 'is_tor_exit_node', 'is_residential_proxy']);
+  assert.deepEqual(def?.actions, { order: 'block', ingest: 'block', read: 'allow', geoblock: 'allow' });
+  const set = loadConfig({ ANONYMIZER_DB: '/x.mmdb', ANONYMIZER_FLAGS: 'IS_HOSTING_PROVIDER, is_anonymous', ANONYMIZER_POLICY: 'read=block, ingest=allow' }).anonymizer;
+  assert.deepEqual(set?.flags, ['is_hosting_provider', 'is_anonymous']);
+  assert.deepEqual(set?.actions, { order: 'block', ingest: 'allow', read: 'block', geoblock: 'allow' }, 'a route not named keeps its default; geoblock always answers');
+  for (const [env, variable] of [
+    [{ ANONYMIZER_FLAGS: 'is_anonymous' }, 'ANONYMIZER_FLAGS'],
+    [{ ANONYMIZER_POLICY: 'order=block' }, 'ANONYMIZER_POLICY'],
+    [{ ANONYMIZER_DB: '/x', ANONYMIZER_FLAGS: 'is_vpn' }, 'ANONYMIZER_FLAGS'],
+    [{ ANONYMIZER_DB: '/x', ANONYMIZER_FLAGS: ' , ' }, 'ANONYMIZER_FLAGS'],
+    [{ ANONYMIZER_DB: '/x', ANONYMIZER_POLICY: 'orders=block' }, 'ANONYMIZER_POLICY'],
+    [{ ANONYMIZER_DB: '/x', ANONYMIZER_POLICY: 'geoblock=block' }, 'ANONYMIZER_POLICY'],
+    [{ ANONYMIZER_DB: '/x', ANONYMIZER_POLICY: 'order=deny' }, 'ANONYMIZER_POLICY'],
+    [{ ANONYMIZER_DB: '/x', ANONYMIZER_POLICY: 'order=block,order=allow' }, 'ANONYMIZER_POLICY'],
+    [{ ANONYMIZER_DB: '/x', ANONYMIZER_POLICY: 'order=block=allow' }, 'ANONYMIZER_POLICY'],
+  ] as const) {
+    assert.throws(() => loadConfig(env), (e: unknown) => e instanceof ConfigError && e.variable === variable, JSON.stringify(env));
+  }
+  for (const name of ['ANONYMIZER_DB', 'ANONYMIZER_FLAGS', 'ANONYMIZER_POLICY']) assert.ok(KNOWN_SETTINGS.has(name), name);
+});
+
+// ---------------------------------------------------------------------------------------
+// In the pipeline
+// ---------------------------------------------------------------------------------------
+describe('anonymizer in the pipeline', () => {
+  const NOW = 1763700000;
+  const MARKET = { conditionId: '0xmarket-anon', seq: 1, active: true, closed: false, minSize: undefined, maxSize: undefined };
+  const orderBody = (): Buffer => Buffer.from(JSON.stringify({ marketId: MARKET.conditionId, deadline: NOW + 60, size: '5', payload: 'AAE=' }));
+  const geo = new GeoDatabase(geoFixtures().geoip2);
+  const anon = open(fx.anonymizer);
+  after(() => geo.close());
+  const geoNotice = geoDenial('not here', 'https://example.org/n');
+  const denied: string[] = [];
+  function deps(): PipelineDeps {
+    const clock = fixedClock(NOW);
+    return {
+      classifyGeo: createGeoClassifier({ blockedCountries: new Set(['KP']), blockedRegions: new Set(), geoUnknown: 'block', geoTrustedCidrs: ['127.0.0.0/8', '192.0.2.64/28'] }, geo),
+      geoDenial: geoNotice,
+      ingest: { hmacKeys: [new HmacSha256Key(HMAC_KEY)], feedKeys: [newFeedKey().publicKey], nonces: new MemoryNonceStore(), clock, replayWindowSecs: 300, nonceTtlSecs: 600 },
+      order: { markets: fakeMarkets([MARKET]), clock, orderMaxTtlSecs: 86_400, orderMaxSize: undefined, orderPayloadMaxBytes: 32_768 },
+      isSealed: () => false,
+      anonymizer: {
+        blocks: createAnonymizerCheck({ flagMask: flagBits(['is_tor_exit_node', 'is_anonymous_vpn']), actions: { order: 'block', ingest: 'block', read: 'allow', geoblock: 'allow' } }, anon),
+        denial: geoDenial('not here', 'https://example.org/n', 'restricted_jurisdiction:anonymizer'),
+        onDenied: (route) => denied.push(route),
+      },
+    };
+  }
+  const input = (clientIp: string, method: string, path: string, body?: Buffer, phase?: 'headers') => ({
+    method, path, clientIp, timestamp: undefined, nonce: undefined, signature: undefined, requestId: undefined, body, phase, route: undefined,
+  });
+
+  test('a Tor exit\'s order is refused with the geo notice\'s status, headers and body; the reason (never sent to the client) says anonymizer', async () => {
+    denied.length = 0;
+    const r = await evaluate(input('192.0.2.113', 'POST', '/v1/orders', orderBody()), deps());
+    assert.deepEqual([r.allow, r.httpStatus, r.code, r.reason], [false, 451, 'restricted_jurisdiction', 'restricted_jurisdiction:anonymizer']);
+    assert.deepEqual(r.headers, geoNotice.headers);
+    assert.equal(r.body, geoNotice.body);
+    assert.deepEqual(denied, ['order']);
+  });
+
+  test('an ingest\'s header phase from a Tor exit is refused before its body exists; a read from it is allowed', async () => {
+    denied.length = 0;
+    const h = await evaluate(input('192.0.2.113', 'POST', '/internal/ingest/market', undefined, 'headers'), deps());
+    assert.deepEqual([h.allow, h.reason], [false, 'restricted_jurisdiction:anonymizer']);
+    assert.equal((await evaluate(input('192.0.2.113', 'GET', '/v1/markets'), deps())).allow, true);
+    assert.deepEqual(denied, ['ingest_headers']);
+  });
+
+  test('a trusted address (GEO_TRUSTED_CIDRS) is not refused even where the database flags it; a geo-blocked one gets the geo denial, not the anonymizer\'s', async () => {
+    const trusted = await evaluate(input('192.0.2.65', 'POST', '/v1/orders', orderBody()), deps());
+    assert.equal(trusted.allow, true, 'trusted VPN range');
+    const kp = await evaluate(input('198.51.100.7', 'POST', '/v1/orders', orderBody()), deps());
+    assert.equal(kp.reason, 'restricted_jurisdiction');
+  });
+
+  test('GET /v1/geoblock: blocked for an address the rule refuses orders, unchanged for the rest', () => {
+    const classify = withAnonymizer(createGeoClassifier({ blockedCountries: new Set(['KP']), blockedRegions: new Set(), geoUnknown: 'block', geoTrustedCidrs: [] }, geo), deps().anonymizer?.blocks);
+    const tor = classify('192.0.2.113');
+    assert.deepEqual([tor.access, tor.country, tor.orderHeaders.length], ['blocked', 'CH', 0]);
+    assert.equal(classify('192.0.2.113'), tor, 'one object per classification, not one per request');
+    assert.equal(classify('192.0.2.81').access, 'full', 'hosting provider: not among these flags');
+    assert.equal(classify('198.51.100.7').verdict, 'blocked_country');
+  });
 });

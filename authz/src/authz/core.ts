@@ -12,7 +12,9 @@ import { decisionLine, DECISION_MSG, shouldLogDecision } from './decision-log.ts
 import { ReplicaWaitError } from '../shared/adapters/replica-wait.ts';
 import type { AuthzMetrics } from '../shared/metrics.ts';
 import { evaluate, routeLabel, type PipelineDeps } from './pipeline.ts';
-import type { Clock, GeoLookup, MarketLookup, NonceStore } from '../shared/ports.ts';
+import type { AnonymizerLookup, Clock, GeoLookup, MarketLookup, NonceStore } from '../shared/ports.ts';
+import { flagBits } from '../shared/adapters/anonymizer.ts';
+import { createAnonymizerCheck } from './stages/anonymizer.ts';
 import { createSealState, type SealState } from '../shared/seal.ts';
 import { createGeoClassifier, type GeoResult } from './stages/geo.ts';
 import { shadowHooks } from './shadow.ts';
@@ -22,6 +24,8 @@ export interface AuthzCoreDeps {
   readonly config: Config;
   readonly credentials: Credentials;
   readonly geo: GeoLookup;
+  /** The anonymizer database, when config.anonymizer is set (ANONYMIZER_DB). */
+  readonly anonymizer?: AnonymizerLookup;
   readonly nonces: NonceStore;
   readonly markets: MarketLookup;
   readonly clock: Clock;
@@ -92,6 +96,13 @@ export function createAuthzCore(deps: AuthzCoreDeps): AuthzCore {
       },
     },
     isSealed: () => sealState.refuses(),
+    ...(config.anonymizer === undefined || deps.anonymizer === undefined ? {} : {
+      anonymizer: {
+        blocks: createAnonymizerCheck({ flagMask: flagBits(config.anonymizer.flags), actions: config.anonymizer.actions }, deps.anonymizer),
+        denial: geoDenial(config.geoNotice, config.geoBlockedByUrl, 'restricted_jurisdiction:anonymizer'),
+        onDenied: (route) => metrics.anonymizerDenied(route),
+      },
+    }),
     // SHADOW_*: a candidate geo policy, counted and logged where it disagrees (authz/shadow.ts).
     ...shadowHooks(config, metrics, logger),
   };

@@ -86,14 +86,16 @@ export function deny(code: ErrorCode, message: string = ERROR_MESSAGE[code], fie
  * by default) and, when configured, `Link: <url>; rel="blocked-by"` (RFC 7725). Built once: every
  * blocked client gets the same bytes but for the request id (CONTRACT §2).
  */
-export function geoDenial(notice: string, blockedByUrl: string | undefined): Decision {
+export function geoDenial(notice: string, blockedByUrl: string | undefined, reason = 'restricted_jurisdiction'): Decision {
   const headers: Header[] = [...JSON_HEADERS];
   if (blockedByUrl !== undefined) headers.push(['link', `<${blockedByUrl}>; rel="blocked-by"`]);
   return {
     allow: false,
     code: 'restricted_jurisdiction',
     httpStatus: 451,
-    reason: 'restricted_jurisdiction',
+    // The client never sees the reason (logs, metrics, grpcurl's status message): an anonymizer's
+    // 451 is byte-identical to a country's on the wire.
+    reason,
     headers: Object.freeze(headers),
     ...bodyOf(errorJsonPrefix('restricted_jurisdiction', notice)),
   };

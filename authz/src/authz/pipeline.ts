@@ -8,6 +8,7 @@ import { classify, type RouteKind } from '../shared/contract.ts';
 import { ALLOW, deny, type Decision } from './decision.ts';
 import type { AuthzInput } from './codec/request.ts';
 import { geoDecision, type GeoResult } from './stages/geo.ts';
+import type { AnonymizerCheck } from './stages/anonymizer.ts';
 import { checkIngestHeaders, ingestStage, type IngestDeps } from './stages/ingest.ts';
 import { orderStage, type OrderDeps } from './stages/order.ts';
 
@@ -30,6 +31,11 @@ export interface PipelineDeps {
   readonly ingest: IngestDeps;
   readonly order: OrderDeps;
   readonly isSealed: () => boolean;
+  /**
+   * The anonymizer rule (ANONYMIZER_DB; stages/anonymizer.ts) and its denial (the geo notice's
+   * body and headers, reason `restricted_jurisdiction:anonymizer`); absent without ANONYMIZER_DB.
+   */
+  readonly anonymizer?: { readonly blocks: AnonymizerCheck; readonly denial: Decision; readonly onDenied?: (route: RouteLabel) => void };
   /**
    * Called when the shadow policy (SHADOW_*) would decide a request's tier differently from the
    * enforced one; counted and logged by the caller (authz/shadow.ts). Never changes the decision.
@@ -55,6 +61,12 @@ export function evaluate(input: AuthzInput, deps: PipelineDeps): Decision | Prom
   if (shadow !== undefined && shadow.access !== geo.access && input.phase === undefined) deps.onShadowDisagreement?.(input, geo, shadow);
   const geoDenied = geoDecision(geo, deps.geoDenial);
   if (geoDenied !== undefined) return geoDenied;
+  // 2b. Anonymizers (VPN, proxy, Tor…), on the routes ANONYMIZER_POLICY blocks; trusted addresses are not looked up.
+  const anon = deps.anonymizer;
+  if (anon !== undefined && geo.verdict !== 'trusted' && anon.blocks(input.clientIp, route)) {
+    anon.onDenied?.(routeLabel(input, route));
+    return anon.denial;
+  }
   // 3. The route's policy.
   switch (route) {
     case 'ingest':

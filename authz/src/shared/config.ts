@@ -12,6 +12,8 @@ import { createRequire } from 'node:module';
 import { isIP } from 'node:net';
 import { dirname, join } from 'node:path';
 import { RE } from './rules.ts';
+import { ANONYMIZER_FLAGS, type AnonymizerFlag } from './ports.ts';
+import type { RouteKind } from './contract.ts';
 
 /** Thrown at start-up for a missing or malformed setting. */
 export class ConfigError extends Error {
@@ -141,6 +143,8 @@ export interface Config {
   readonly geoTrustedCidrs: readonly string[];
   readonly geoNotice: string;
   readonly geoBlockedByUrl: string | undefined;
+  /** The anonymizer rule (ANONYMIZER_DB, ANONYMIZER_FLAGS, ANONYMIZER_POLICY); undefined without ANONYMIZER_DB. */
+  readonly anonymizer: AnonymizerConfig | undefined;
 
   // Stores
   readonly redisUrl: string | undefined;
@@ -358,6 +362,59 @@ export function configWarnings(c: Config): string[] {
 }
 
 /** Parses and validates every non-secret setting. Throws ConfigError on the first bad one. */
+/** The routes ANONYMIZER_POLICY names (GET /v1/geoblock always answers: it is how a client learns it is refused). */
+export const ANONYMIZER_ROUTES = ['order', 'ingest', 'read'] as const;
+export type AnonymizerRoute = (typeof ANONYMIZER_ROUTES)[number];
+
+export interface AnonymizerConfig {
+  /** A GeoIP2 Anonymous IP–layout .mmdb, reloaded like GEOIP_DB (GEOIP_RELOAD_INTERVAL_MS). */
+  readonly db: string;
+  /** The flags that make an address an anonymizer. */
+  readonly flags: readonly AnonymizerFlag[];
+  /** What a flagged address gets per route. */
+  readonly actions: Readonly<Record<RouteKind, 'block' | 'allow'>>;
+}
+
+/**
+ * Default flags: VPNs, public proxies, Tor exits and residential proxies. Hosting providers are
+ * opt-in: market makers and API clients commonly trade from cloud machines (docs/api.md "Anonymizers").
+ */
+export const DEFAULT_ANONYMIZER_FLAGS: readonly AnonymizerFlag[] = ['is_anonymous_vpn', 'is_public_proxy', 'is_tor_exit_node', 'is_residential_proxy'];
+/** Default policy: orders and ingests refuse anonymizers, reads serve them. */
+export const DEFAULT_ANONYMIZER_POLICY: Readonly<Record<AnonymizerRoute, 'block' | 'allow'>> = { order: 'block', ingest: 'block', read: 'allow' };
+
+function anonymizerSettings(env: Env): AnonymizerConfig | undefined {
+  // All three are read whatever is set, so each is a known setting name.
+  const db = str(env, 'ANONYMIZER_DB');
+  const flagsRaw = str(env, 'ANONYMIZER_FLAGS');
+  const policyRaw = str(env, 'ANONYMIZER_POLICY');
+  if (db === undefined) {
+    if (flagsRaw !== undefined) throw new ConfigError('ANONYMIZER_FLAGS', 'to be set only with ANONYMIZER_DB (there is no anonymizer database to apply them to)', flagsRaw);
+    if (policyRaw !== undefined) throw new ConfigError('ANONYMIZER_POLICY', 'to be set only with ANONYMIZER_DB (there is no anonymizer database to apply it to)', policyRaw);
+    return undefined;
+  }
+  let flags = DEFAULT_ANONYMIZER_FLAGS;
+  if (flagsRaw !== undefined) {
+    const names = list(env, 'ANONYMIZER_FLAGS').map((f) => f.toLowerCase());
+    const bad = names.find((f) => !(ANONYMIZER_FLAGS as readonly string[]).includes(f));
+    if (names.length === 0 || bad !== undefined) throw new ConfigError('ANONYMIZER_FLAGS', `a list of ${ANONYMIZER_FLAGS.join(', ')}`, flagsRaw);
+    flags = [...new Set(names)] as AnonymizerFlag[];
+  }
+  const actions: Record<AnonymizerRoute, 'block' | 'allow'> = { ...DEFAULT_ANONYMIZER_POLICY };
+  if (policyRaw !== undefined) {
+    const seen = new Set<string>();
+    for (const item of list(env, 'ANONYMIZER_POLICY')) {
+      const [route = '', action = '', extra] = item.split('=').map((x) => x.trim().toLowerCase());
+      if (extra !== undefined || !(ANONYMIZER_ROUTES as readonly string[]).includes(route) || (action !== 'block' && action !== 'allow') || seen.has(route)) {
+        throw new ConfigError('ANONYMIZER_POLICY', `route=action pairs, each route (${ANONYMIZER_ROUTES.join(', ')}) at most once, action block or allow`, policyRaw);
+      }
+      seen.add(route);
+      actions[route as AnonymizerRoute] = action;
+    }
+  }
+  return Object.freeze({ db, flags: Object.freeze(flags), actions: Object.freeze({ ...actions, geoblock: 'allow' as const }) });
+}
+
 export function loadConfig(env: Env = process.env): Config {
   const blockedCountries = countries(env, 'BLOCKED_COUNTRIES');
   const blockedRegions = regions(env, 'BLOCKED_REGIONS');
@@ -461,6 +518,7 @@ export function loadConfig(env: Env = process.env): Config {
     geoTrustedCidrs: Object.freeze(trusted),
     geoNotice,
     geoBlockedByUrl: blockedBy,
+    anonymizer: anonymizerSettings(env),
 
     redisUrl,
     redisMinReplicas,
@@ -484,7 +542,7 @@ const SECRET_SETTINGS = ['EDGE_INGEST_HMAC', 'EDGE_INGEST_HMAC_PREVIOUS', 'EDGE_
 const DEV_SETTINGS = [
   'DEV_REDIS_PORT', 'DEV_BACKEND_PORT', 'DEV_RUN_DIR', 'STRICT_SETTINGS',
   'BACKEND_CERT_FILE', 'BACKEND_KEY_FILE', 'BACKEND_CLIENT_CA_FILE', 'BACKEND_PORT', 'BACKEND_BIND_ADDRESS',
-  'NODE_BIN', 'ENVOY_BIN', 'GRPCURL_BIN', 'PYTHON', 'RELIABILITY_SOAK_SECS',
+  'NODE_BIN', 'ENVOY_BIN', 'GRPCURL_BIN', 'PYTHON', 'RELIABILITY_SOAK_SECS', 'RELIABILITY_ONLY',
 ];
 
 /** The names loadConfig reads: recorded by running it (without and with an order backend), never listed by hand. */

@@ -67,6 +67,10 @@ export interface AuthzMetrics {
   decision(route: RouteLabel, d: Decision, seconds: number): void;
   redisError(op: string): void;
   geoipReload(ok: boolean): void;
+  /** One ANONYMIZER_DB reload attempt. */
+  anonymizerReload(ok: boolean): void;
+  /** One request refused by the anonymizer rule (ANONYMIZER_POLICY), by route. */
+  anonymizerDenied(route: RouteLabel): void;
   /** Counts one enforced classification by its verdict (a fixed set: GEO_VERDICTS). */
   geoVerdict(geo: GeoResult): void;
   /** One request the shadow policy (SHADOW_*) would have put in another tier. */
@@ -106,6 +110,18 @@ export function createMetrics(opts: { geoipBuildEpochSecs: () => number; default
     name: 'edge_geoip_reloads_total',
     help: 'GeoIP database reload attempts by result (failed = corrupt file refused, old database kept)',
     labelNames: ['result'] as const,
+    registers: [registry],
+  });
+  const anonymizerReloads = new Counter({
+    name: 'edge_anonymizer_reloads_total',
+    help: 'Anonymizer database (ANONYMIZER_DB) reload attempts by result (failed = corrupt file refused, old database kept)',
+    labelNames: ['result'] as const,
+    registers: [registry],
+  });
+  const anonymizerDenials = new Counter({
+    name: 'edge_anonymizer_denials_total',
+    help: 'Requests refused 451 by the anonymizer rule (ANONYMIZER_POLICY), by route; the client saw the uniform geo notice',
+    labelNames: ['route'] as const,
     registers: [registry],
   });
   const geoVerdicts = new Counter({
@@ -150,6 +166,8 @@ export function createMetrics(opts: { geoipBuildEpochSecs: () => number; default
   zeroSeries(redisErrors, REDIS_OPS.map((op) => [op]));
   zeroSeries(geoReloads, GEOIP_RELOAD_RESULTS.map((r) => [r]));
   zeroSeries(geoVerdicts, GEO_VERDICTS.map((v) => [v]));
+  zeroSeries(anonymizerReloads, GEOIP_RELOAD_RESULTS.map((r) => [r]));
+  zeroSeries(anonymizerDenials, ['order', 'ingest', 'ingest_headers', 'read'].map((r) => [r]));
   zeroSeries(shadowDisagreements, ACCESS_TIERS.flatMap((e) => ACCESS_TIERS.filter((x) => x !== e).map((x) => [e, x])));
   zeroSeries(rateLimits, RATE_LIMIT_CODES.map((c) => [c]));
   const rateLimitChildren = Object.fromEntries(RATE_LIMIT_CODES.map((c) => [c, rateLimits.labels(c)])) as Record<RateLimitCode, { inc(): void }>;
@@ -178,6 +196,8 @@ export function createMetrics(opts: { geoipBuildEpochSecs: () => number; default
     },
     redisError: (op) => redisErrors.labels(op).inc(),
     geoipReload: (ok) => geoReloads.labels(ok ? 'ok' : 'failed').inc(),
+    anonymizerReload: (ok) => anonymizerReloads.labels(ok ? 'ok' : 'failed').inc(),
+    anonymizerDenied: (route) => anonymizerDenials.labels(route).inc(),
     geoVerdict({ verdict }) {
       let c = verdictChildren.get(verdict);
       if (c === undefined) {
