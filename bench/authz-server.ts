@@ -12,6 +12,7 @@
  */
 import { createAuthzCore } from '../authz/src/authz/core.ts';
 import { GeoDatabase } from '../authz/src/shared/adapters/geoip.ts';
+import { AnonymizerDatabase } from '../authz/src/shared/adapters/anonymizer.ts';
 import { RedisNonceStore } from '../authz/src/shared/adapters/nonce-store.ts';
 import { createRedis } from '../authz/src/shared/adapters/redis.ts';
 import { loadConfig } from '../authz/src/shared/config.ts';
@@ -28,6 +29,7 @@ const config = loadConfig();
 const credentials = loadCredentials();
 const logger = createLogger(config.logLevel);
 const geo = new GeoDatabase(config.geoipDb);
+const anonymizer = config.anonymizer === undefined ? undefined : new AnonymizerDatabase(config.anonymizer.db);
 const metrics = createMetrics({ geoipBuildEpochSecs: () => geo.buildEpochSecs });
 const redis = createRedis(config.redisUrl ?? 'redis://127.0.0.1:6379/0');
 await new Promise<void>((resolve, reject) => {
@@ -41,6 +43,7 @@ const core = createAuthzCore({
   nonces: new RedisNonceStore(redis),
   markets,
   clock: systemClock,
+  ...(anonymizer === undefined ? {} : { anonymizer }),
 });
 const port = await core.grpc.listen('127.0.0.1', 0);
 core.grpc.setServing(true);

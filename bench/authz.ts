@@ -22,7 +22,7 @@ import { join } from 'node:path';
 import { withServiceRuntime } from '../authz/src/shared/runtime-env.ts';
 import { newFeedKey } from '../authz/test/helpers.ts';
 import {
-  BENCH_POLICY_ENV, CHECK_PATH, geoGetRequest, ingestRequestFactory, marketIngestBody, orderRequest, type DecisionCount,
+  anonymizerDbForBench, BENCH_POLICY_ENV, CHECK_PATH, geoGetRequest, ingestRequestFactory, marketIngestBody, orderRequest, type DecisionCount,
 } from './lib/authz-scenarios.ts';
 import { measureInProcess } from './lib/authz-inprocess.ts';
 import { ms, pct, renderSection, summarize, type Key, type Report, type Run, type Summary } from './lib/authz-report.ts';
@@ -247,6 +247,7 @@ async function main(): Promise<void> {
   const feed = newFeedKey();
   const env = {
     ...BENCH_POLICY_ENV,
+    ANONYMIZER_DB: anonymizerDbForBench().anonymizer,
     EDGE_INGEST_HMAC: `hex:${hmacKey.toString('hex')}`,
     EDGE_FEED_ED25519_PUBLIC_KEY: feed.publicHex,
     REDIS_URL,

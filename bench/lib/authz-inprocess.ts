@@ -16,6 +16,7 @@ import type { MethodDefinition } from '@grpc/proto-loader';
 import { loadPackageDefinition, SERVICE_NAMES } from '../../proto/index.ts';
 import { createAuthzCore } from '../../authz/src/authz/core.ts';
 import { GeoDatabase } from '../../authz/src/shared/adapters/geoip.ts';
+import { AnonymizerDatabase } from '../../authz/src/shared/adapters/anonymizer.ts';
 import { MemoryNonceStore, RedisNonceStore } from '../../authz/src/shared/adapters/nonce-store.ts';
 import { createRedis } from '../../authz/src/shared/adapters/redis.ts';
 import { loadConfig, type Env } from '../../authz/src/shared/config.ts';
@@ -30,7 +31,7 @@ import { createMetrics } from '../../authz/src/shared/metrics.ts';
 import { classify } from '../../authz/src/shared/contract.ts';
 import { evaluate } from '../../authz/src/authz/pipeline.ts';
 import { systemClock } from '../../authz/src/shared/ports.ts';
-import { normalizeIp } from '../../authz/src/authz/stages/geo.ts';
+import { createGeoClassifier, normalizeIp } from '../../authz/src/authz/stages/geo.ts';
 import { checkIngestSignature } from '../../authz/src/authz/stages/ingest.ts';
 import { orderStage } from '../../authz/src/authz/stages/order.ts';
 import { MemoryMarketStore } from '../../authz/src/market/store.ts';
@@ -75,7 +76,8 @@ const REQUEST_ID = '0b8f1e2a-3c4d-4e5f-8a6b-7c8d9e0f1a2b';
 export async function measureInProcess(inp: InProcessInputs, log: (m: string) => void): Promise<InProcessResult> {
   const config = loadConfig(inp.env);
   const credentials = loadCredentials(inp.env);
-  const geo = new GeoDatabase(config.geoipDb);
+    const geo = new GeoDatabase(config.geoipDb);
+  const anonymizer = config.anonymizer === undefined ? undefined : new AnonymizerDatabase(config.anonymizer.db);
   const metrics = createMetrics({ geoipBuildEpochSecs: () => geo.buildEpochSecs, defaultMetrics: false });
   const logger = createLogger('info', new Writable({ write: (_c, _e, cb) => cb() }));
   const markets = new MemoryMarketStore();
@@ -85,6 +87,7 @@ export async function measureInProcess(inp: InProcessInputs, log: (m: string) =>
     nonces: new MemoryNonceStore(),
     markets,
     clock: systemClock,
+    ...(anonymizer === undefined ? {} : { anonymizer }),
   });
   const checkDef = (loadPackageDefinition()[SERVICE_NAMES.authorization] as Record<string, MethodDefinition<object, object>>)['Check'];
   if (checkDef === undefined) throw new Error('Check method not found');
@@ -123,13 +126,23 @@ export async function measureInProcess(inp: InProcessInputs, log: (m: string) =>
   const t = async (name: string, fn: (i: number) => unknown, note?: string): Promise<Row> =>
     ({ name, us: (await timeLoop(fn, LOOP)).usPerCall, ...(note === undefined ? {} : { note }) });
 
+  // The shadow policy's price: the classifier built with and without it, over the same database.
+  const noShadow = createGeoClassifier({ ...config, shadow: undefined }, geo);
+  const withShadow = createGeoClassifier(config, geo);
   const parts: Row[] = [
     await t(`decodeCheckRequest (a) — lean decoder, ${inp.geoGet.length} B`, () => decodeCheckRequest(inp.geoGet)),
     await t('proto-loader full decode (a) — what the floor does', () => checkDef.requestDeserialize(inp.geoGet)),
     await t(`decodeCheckRequest (b) — ingest, ${probe.length} B with raw_body`, () => decodeCheckRequest(probe)),
     await t('geo: normalizeIp', () => normalizeIp(CLIENT_IP)),
     await t('geo: GeoDatabase.lookup (maxmind)', () => geo.lookup(CLIENT_IP)),
-    await t('geo: classifyGeo (normalize + trusted CIDRs + lookup + metric)', () => pipeline.classifyGeo(CLIENT_IP)),
+    await t('geo: classifyGeo (normalize + trusted CIDRs + lookup + metric)', () => pipeline.classifyGeo(CLIENT_IP),
+      config.shadow === undefined ? undefined : 'with the shadow policy (SHADOW_*), as configured'),
+    await t('geo: the same classifier without a shadow policy (no SHADOW_* set), no metric', () => noShadow(CLIENT_IP)),
+    await t('geo: the same classifier with the shadow policy, no metric', () => withShadow(CLIENT_IP)),
+    ...(anonymizer === undefined ? [] : [
+      await t('anonymizer: AnonymizerDatabase.flags, an address with no record (maxmind)', () => anonymizer.flags(CLIENT_IP)),
+      await t('anonymizer: the order route\'s check (normalize + lookup + flag mask)', () => pipeline.anonymizer?.blocks(CLIENT_IP, 'order')),
+    ]),
     await t('evaluate (a) on a decoded input', () => evaluate(inputA, pipeline)),
     await t('encodeDecision (cached bytes)', () => encodeDecision(ALLOW, serialize)),
     await t('toCheckResponse + serialize (uncached)', () => encodeDecision(fresh(ALLOW), serialize)),

@@ -206,7 +206,9 @@ Method:
   an in-process cache hit too), prom-client metrics and pino at \`info\`. GEO_TRUSTED_CIDRS empty, so
   every Check really does a GeoIP lookup, and jurisdiction tiers configured (BENCH_POLICY_ENV in
   bench/lib/authz-scenarios.ts): the client's country (GB) is close-only, so (a) is a close-only read
-  and (c) an order carrying \`x-edge-access: close-only\` and \`x-edge-jurisdiction: GB\`.
+  and (c) an order carrying \`x-edge-access: close-only\` and \`x-edge-jurisdiction: GB\`. A shadow policy
+  (\`SHADOW_CLOSE_ONLY_COUNTRIES\`, agreeing for GB) and the anonymizer rule (\`ANONYMIZER_DB\`, the test
+  fixture's Anonymous IP layout, where the client has no record; orders and ingests look it up) are on too.
 - The floor is a grpc-js server with proto-loader's standard service definition (full decode
   of every CheckRequest) returning an OK CheckResponse: the transport and framework alone.
 - h2load sends one pre-framed body (5-byte gRPC prefix + CheckRequest bytes) with

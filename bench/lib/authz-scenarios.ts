@@ -19,13 +19,18 @@ export const CLIENT_IP = '81.2.69.160';
  * exemption does not apply and every Check really looks the address up. Jurisdiction tiers as
  * a venue configures them (docs/api.md "Jurisdiction tiers"): the client's country is close-only,
  * so the order scenario's allow carries x-edge-access/x-edge-jurisdiction; the region rules are
- * there (the default database has no subdivisions, so none matches).
+ * there (the default database has no subdivisions, so none matches). A shadow policy is configured
+ * beside them, and bench/authz.ts adds ANONYMIZER_DB (anonymizerDbForBench): the issue-18 policy
+ * surface all on, as a venue would run it.
  */
 export const BENCH_POLICY_ENV = {
   BLOCKED_COUNTRIES: 'KP,IR,CU,SY',
   BLOCKED_REGIONS: 'UA-43,UA-14,UA-09',
   CLOSE_ONLY_COUNTRIES: 'GB,PL,SG,TH,TW',
   CLOSE_ONLY_REGIONS: 'CA-ON',
+  // A shadow policy being tried (one more close-only country): every Check is classified by both,
+  // from the one lookup; for the bench's client (GB) they agree, as for most clients during a roll-out.
+  SHADOW_CLOSE_ONLY_COUNTRIES: 'GB,PL,SG,TH,TW,FR',
   GEO_TRUSTED_CIDRS: '',
   LOG_LEVEL: 'info',
 } as const;
@@ -121,3 +126,10 @@ export interface DecisionCount {
   readonly code: string;
   readonly value: number;
 }
+
+/**
+ * An anonymizer database for the bench (the test fixture's GeoIP2 Anonymous IP layout, built with
+ * mmdb-writer): the bench's client has no record in it, like most clients, so each order and
+ * ingest Check pays one lookup that finds nothing.
+ */
+export { anonymizerFixtures as anonymizerDbForBench } from '../../authz/test/anonymizer-fixtures.ts';
