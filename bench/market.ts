@@ -27,6 +27,7 @@ import { benchLog, envInt, machineLine, redisPid, today, workDir } from './lib/e
 import { ensureH2load, runH2load } from './lib/h2load.ts';
 import { writeBenchmarksSection } from './lib/markdown-section.ts';
 import { measureMemory, memoryTable, type MemorySample } from './lib/market-memory.ts';
+import { compileService } from './lib/compile-js.ts';
 import { cpuUsPerRequest, startCpuWindow } from './lib/proc.ts';
 import { fmt, markdownTable, median, met, pairedMedian, percentile, sortedCopy } from './lib/stats.ts';
 
@@ -43,12 +44,15 @@ const MEMORY = process.env['BENCH_MEMORY'] ?? 'both';
 if (!['both', 'only', 'skip'].includes(MEMORY)) throw new Error(`BENCH_MEMORY: expected only or skip, got ${JSON.stringify(MEMORY)}`);
 
 /**
- * The service's runtime settings against V8's own sizing on this host (64 MiB semi-spaces, as it
- * grew them here; glibc's default 8 arenas per core), side by side in one run.
+ * As shipped (the image: compiled JavaScript, the service's runtime settings), against the same
+ * run from its .ts sources (npm start and the e2e suite: Node strips the types at load) and
+ * against V8's own sizing on this host (64 MiB semi-spaces, as it grew them here; glibc's default
+ * 8 arenas per core), side by side in one run.
  */
-const MEMORY_CONFIGS: readonly { readonly name: string; readonly env: Record<string, string> }[] = [
-  { name: 'as shipped (authz/src/shared/runtime-env.ts)', env: {} },
-  { name: 'V8/glibc sizing (semi-space 64 MiB, 16 arenas)', env: { NODE_OPTIONS: '--max-semi-space-size=64', MALLOC_ARENA_MAX: '16' } },
+const MEMORY_CONFIGS: readonly { readonly name: string; readonly env: Record<string, string>; readonly js: boolean }[] = [
+  { name: 'as shipped: compiled JavaScript (deploy/Dockerfile), runtime settings (authz/src/shared/runtime-env.ts)', env: {}, js: true },
+  { name: 'the .ts sources (npm start, e2e), same runtime settings', env: {}, js: false },
+  { name: 'compiled JavaScript, V8/glibc sizing (semi-space 64 MiB, 16 arenas)', env: { NODE_OPTIONS: '--max-semi-space-size=64', MALLOC_ARENA_MAX: '16' }, js: true },
 ];
 
 /** The memory part, in its own docs section. */
@@ -58,19 +62,22 @@ async function memoryPart(): Promise<void> {
   if (queries.some((q, i) => !Number.isInteger(q) || q < 1 || (i > 0 && q <= queries[i - 1]!))) throw new Error('BENCH_MEMORY_QUERIES: increasing positive integers');
   const idleSecs = envInt('BENCH_MEMORY_IDLE_SECS', 30, 0);
   const runs: { name: string; samples: MemorySample[] }[] = [];
+  const compiled = compileService();
   for (const c of MEMORY_CONFIGS) {
     log(`memory: ${c.name}`);
-    runs.push({ name: c.name, samples: await measureMemory({ markets, queries, idleSecs, log, env: c.env }) });
+    runs.push({ name: c.name, samples: await measureMemory({ markets, queries, idleSecs, log, env: c.env, ...(c.js ? { serviceEntry: compiled } : {}) }) });
   }
   const shipped = runs[0]!.samples;
   const stored = shipped.find((x) => x.phase.startsWith(`${idleSecs} s idle`)) ?? shipped[2]!;
   const last = shipped.at(-1)!;
   const text = `Run by \`npm run bench:market\` (bench/market.ts, bench/lib/market-memory.ts) on ${today()}: ${machineLine(h2load)}.
-The real TS process (\`authz/src/main.ts\`, the default GeoIP database, \`REDIS_URL\` on a private redis-server) behind real Envoy, as the e2e suite starts it
+The real TS process (the default GeoIP database, \`REDIS_URL\` on a private redis-server) behind real Envoy, as the e2e suite starts it
 (e2e/lib/stack.ts). ${markets.toLocaleString('en')} signed markets ingested through Envoy (48 at a time: header phase, body Check, market service),
 then ${idleSecs} s idle, then distinct \`GET /v1/markets?conditionId=<known>,<unknown-i>\` straight to the market port (32 at a time), the page-cache attack of issue 20.
 RSS from \`/proc/<pid>/status\`; heap and external memory from the process's own \`/metrics\` (heap used includes garbage not yet collected).
-Two configurations, one after the other in the same run: the service as shipped, and the same with V8's and glibc's own sizing.
+Three configurations, one after the other in the same run: the service as shipped (the JavaScript the image's build stage compiles,
+tsconfig.build.json, with its runtime settings), the same service run from its \`.ts\` sources (as \`npm start\` and the e2e suite run it),
+and the compiled service with V8's and glibc's own sizing.
 
 | Target (as shipped) | measured | met |
 | --- | ---: | --- |

@@ -67,7 +67,7 @@ describe('docker build -f deploy/Dockerfile', { skip }, () => {
 
   test('image – non-root numeric user, the service as entrypoint, SIGTERM to stop, a health check, the default ports exposed', () => {
     assert.match(config.User, /^[1-9]\d*:[1-9]\d*$/);
-    assert.deepEqual(config.Entrypoint, ['node', 'authz/src/main.ts']);
+    assert.deepEqual(config.Entrypoint, ['node', 'authz/src/main.js']);
     assert.equal(config.StopSignal, 'SIGTERM');
     assert.ok(config.Healthcheck !== undefined && config.Healthcheck.Test.join(' ').includes('/healthz'), JSON.stringify(config.Healthcheck));
     const d = loadConfig({});
@@ -78,10 +78,13 @@ describe('docker build -f deploy/Dockerfile', { skip }, () => {
     for (const [k, v] of Object.entries({ ...SERVICE_RUNTIME_ENV, NODE_ENV: 'production' })) assert.ok(config.Env.includes(`${k}=${v}`), `${k}=${v} in ${config.Env.join(' ')}`);
   });
 
-  test('image – /app holds exactly what the Dockerfile copies, owned by root, production dependencies only, the Node the tests run', async () => {
+  test('image – /app holds exactly what the Dockerfile copies, compiled JavaScript and no TypeScript, owned by root, production dependencies only, the Node the tests run', async () => {
     const ls = await docker(['run', '--rm', '--label', LABEL, '--entrypoint', 'sh', SERVICE_IMAGE, '-c',
-      'ls -A /app; echo --; ls /app/node_modules /app/node_modules/@grpc; echo --; stat -c %u /app /app/authz/src; test -w /app && echo writable || echo read-only; echo --; node --version']);
-    const [top, modules, owner, version] = ls.split('--\n');
+      'ls -A /app; echo --; ls /app/node_modules /app/node_modules/@grpc; echo --; stat -c %u /app /app/authz/src; test -w /app && echo writable || echo read-only; echo --; node --version; echo --; '
+      + 'find /app -path /app/node_modules -prune -o -type f -name "*.ts" -print; echo --; find /app -path /app/node_modules -prune -o -type f -name "*.js" -print | wc -l']);
+    const [top, modules, owner, version, tsFiles, jsCount] = ls.split('--\n');
+    assert.equal(tsFiles!.trim(), '', 'no .ts file outside node_modules: the image runs the compiled JavaScript');
+    assert.ok(Number(jsCount!.trim()) >= 50, `${jsCount!.trim()} compiled .js files`);
     assert.deepEqual(top!.trim().split('\n').sort(), ['authz', 'envoy', 'node_modules', 'package.json', 'proto', 'scripts']);
     for (const dev of ['typescript', 'eslint', 'testcontainers', 'tweetnacl', 'fast-check']) assert.ok(!modules!.split(/\s/).includes(dev), `${dev} is a dev dependency`);
     for (const prod of ['ioredis', 'maxmind', 'grpc-js', 'grpc-js-xds']) assert.ok(modules!.split(/\s/).includes(prod), `${prod} installed`);
@@ -119,7 +122,7 @@ describe('docker build -f deploy/Dockerfile', { skip }, () => {
     const backendEnv = ['ORDER_BACKEND_URL=https://backend:8443', 'ORDER_BACKEND_CA_FILE=/etc/edge/backend-ca.crt',
       'EDGE_CLIENT_CERT_FILE=/etc/edge/client/tls.crt', 'EDGE_CLIENT_KEY_FILE=/etc/edge/client/tls.key'].flatMap((e) => ['-e', e]);
     await docker(['run', '--rm', '--label', LABEL, '--read-only', '--network', 'none', '-v', `${out}:/etc/envoy`, ...backendEnv, '--entrypoint', 'node', SERVICE_IMAGE,
-      'envoy/render-cli.ts', '/etc/envoy', '--sds-path', '/etc/envoy/sds-client-cert.yaml', '--node-id', 'edge-envoy']);
+      'envoy/render-cli.js', '/etc/envoy', '--sds-path', '/etc/envoy/sds-client-cert.yaml', '--node-id', 'edge-envoy']);
     assert.deepEqual(readdirSync(out).sort(), ['envoy.yaml', 'sds-client-cert.yaml']);
     assert.ok(statSync(join(out, 'envoy.yaml')).size > 1000);
 
@@ -127,7 +130,7 @@ describe('docker build -f deploy/Dockerfile', { skip }, () => {
     execFileSync('chmod', ['-R', 'a+rX', pki.dir]);
     const id = (await docker(['run', '-d', '--label', LABEL, '--read-only', '-v', `${pki.dir}:/pki:ro`, '--entrypoint', 'node',
       '-e', 'BACKEND_CERT_FILE=/pki/backend.crt', '-e', 'BACKEND_KEY_FILE=/pki/backend.key', '-e', 'BACKEND_CLIENT_CA_FILE=/pki/client-ca.crt',
-      SERVICE_IMAGE, 'scripts/dev/order-backend-main.ts'])).trim();
+      SERVICE_IMAGE, 'scripts/dev/order-backend-main.js'])).trim();
     started.push(id);
     await until('the backend to listen', 30_000, async () => ((await docker(['logs', id])).includes('demo order backend listening') ? true : undefined));
     await docker(['stop', '--time', '10', id], 30_000);

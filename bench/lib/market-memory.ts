@@ -1,5 +1,6 @@
 /**
- * The memory part of `npm run bench:market`: the real TS process (authz/src/main.ts, default
+ * The memory part of `npm run bench:market`: the real TS process (authz/src/main.ts or the image's
+ * compiled JavaScript, default
  * GeoIP database, Redis store) behind real Envoy, as e2e/lib/stack.ts starts it, measured
  *   idle → after 100,000 markets ingested through Envoy → after 30 s idle →
  *   after 100,000 and then 1,000,000 distinct market queries (the page-cache attack).
@@ -30,6 +31,8 @@ export interface MemoryOptions {
   readonly log: (m: string) => void;
   /** Extra environment for the stack (e.g. NODE_OPTIONS for a side-by-side comparison). */
   readonly env?: Readonly<Record<string, string>>;
+  /** The service's entry script (default authz/src/main.ts; bench/lib/compile-js.ts for the image's form). */
+  readonly serviceEntry?: string;
 }
 
 function rssMb(pid: number): number {
@@ -63,7 +66,10 @@ function httpCall(agent: Agent, port: number, method: string, path: string, head
 
 export async function measureMemory(opts: MemoryOptions): Promise<MemorySample[]> {
   // The default GeoIP database; no rate limit in the way of one load generator on loopback.
-  const stack = await startStack({ env: { RPS_PER_IP: '1000000', RATE_BURST: '1000000', LOG_LEVEL: 'warn', ...opts.env } });
+  const stack = await startStack({
+    env: { RPS_PER_IP: '1000000', RATE_BURST: '1000000', LOG_LEVEL: 'warn', ...opts.env },
+    ...(opts.serviceEntry === undefined ? {} : { serviceEntry: opts.serviceEntry }),
+  });
   const samples: MemorySample[] = [];
   const t0 = performance.now();
   const authzPid = stack.pids()[1]!;

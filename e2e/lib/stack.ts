@@ -34,6 +34,11 @@ export interface StackOptions {
    * REDIS_URL; local driver only. Unset: a private redis-server (`stack.redis`).
    */
   readonly redisUrl?: string;
+  /**
+   * The service's entry script: authz/src/main.ts unless given (bench:market measures the
+   * JavaScript the image runs, compiled by bench/lib/compile-js.ts).
+   */
+  readonly serviceEntry?: string;
 }
 
 export interface Stack {
@@ -119,7 +124,7 @@ export async function startStack(opts: StackOptions = {}): Promise<Stack> {
 
   let authz: ChildProcess | undefined;
   const startAuthz = async (): Promise<void> => {
-    authz = spawn(NODE, [join(ROOT, 'authz/src/main.ts')], { env: withServiceRuntime({ ...process.env, ...env, ...secrets }), stdio: ['ignore', 'pipe', 'pipe'] });
+    authz = spawn(NODE, [opts.serviceEntry ?? join(ROOT, 'authz/src/main.ts')], { env: withServiceRuntime({ ...process.env, ...env, ...secrets }), stdio: ['ignore', 'pipe', 'pipe'] });
     pipe('authz', authz);
     await waitFor(async () => (await fetch(`http://127.0.0.1:${marketPort}/`)).status === 200, 15_000, 'authz/market service');
   };
