@@ -2,7 +2,8 @@
  * `npm run bench:edge`: the data plane, five stacks side by side in one run against the same
  * upstreams (bench/lib/edge-stacks.ts): (1) bare Envoy, (2) the production filters with an
  * allow-all ext_authz (the floor), (3) the full edge with the real TS process, (3*) the same with
- * every request header sent to authz, (4) the full edge with the global rate limit. For reads
+ * every request header sent to authz, (4) the full edge with the global rate limit (its bucket taken
+ * in the ext_authz Check). For reads
  * (`GET /v1/markets`, one market) and orders (`POST /v1/orders`, 256-byte payload to the mTLS
  * backend), in interleaved rounds: at saturation (req/s) and at a fixed 1,000 req/s (p50/p99); CPU
  * µs per request of every server process from /proc. Targets: (3) ≥ 90 % of (2)'s req/s; p99 added
@@ -16,7 +17,7 @@
  */
 import { join } from 'node:path';
 import { benchLog, envInt, machineLine, today, workDir } from './lib/env.ts';
-import { CLIENT_HEADERS, envoyErrors, MARKETS_PATH, ORDERS_PATH, startEdge, type Edge, type Ep, type Stack } from './lib/edge-stacks.ts';
+import { CLIENT_HEADERS, envoyErrors, failedOpenChecks, MARKETS_PATH, ORDERS_PATH, startEdge, type Edge, type Ep, type Stack } from './lib/edge-stacks.ts';
 import { ensureH2load, runH2load } from './lib/h2load.ts';
 import { writeBenchmarksSection } from './lib/markdown-section.ts';
 import { cpuUsPerRequest, startCpuWindow } from './lib/proc.ts';
@@ -70,6 +71,9 @@ async function main(): Promise<void> {
       log(`${s.label} Envoy error counters: ${bad.length === 0 ? 'none' : bad.join(', ')}`);
       if (bad.length > 0) errors.push(`${s.label}: ${bad.map((b) => `\`${b}\``).join(', ')}`);
     }
+    const open = await failedOpenChecks(edge);
+    log(`TS process: global limit answers without the bucket: ${open.length === 0 ? 'none' : open.join(', ')}`);
+    if (open.length > 0) errors.push(`the TS process (global limit failed open): ${open.map((b) => `\`${b}\``).join(', ')}`);
     const body = report(samples, edge, machineLine(h2load), errors);
     writeBenchmarksSection('## Edge data plane (Envoy)', body);
     process.stdout.write(`${body}\n`);
@@ -219,9 +223,10 @@ With \`minimal\`, authz receives \`x-edge-client-ip\`, \`x-request-id\` (and \`c
 header of the request (the browser-like ones, h2load's, Envoy's own \`x-forwarded-*\`).
 
 - Stack (4) is (3) with \`RATE_LIMIT_SCOPE=global\` (the default with Redis; (2)–(3*) are rendered \`local\`): after
-  the local bucket, a body buffer on orders and the ratelimit filter's call to the same TS process's RateLimitService,
-  one Lua script on the same Redis per request (docs/envoy.md §3). Its Envoy error counters below include any rate
-  limit call that failed open (it would flatter its throughput).
+  the local bucket, the ext_authz Check to the same TS process takes the client's bucket, one Lua script on the same
+  Redis per request (no ratelimit filter, no second gRPC call; docs/envoy.md §3). The error counters below include
+  any bucket answer that failed open (the TS process's \`edge_ratelimit_redis_errors_total\`/\`edge_ratelimit_late_total\`:
+  it would flatter its throughput).
 - Stack (1) is renderEnvoy's production bootstrap parsed back and stripped to the router filter
   (bench/lib/edge-stacks.ts \`bare()\`), so listener, routes, clusters, upstream TLS and the access log are identical;
   it forwards the order JSON as is (no order-body filter), the others send the decoded 256 bytes (the preflight checks
@@ -239,7 +244,7 @@ header of the request (the browser-like ones, h2load's, Envoy's own \`x-forwarde
   - On 2026-11-22, that window held 0–15 order requests over the limit for (2)/(3) and none for (1). The target
     allows ~30 per run.
 - The access log is formatted and written for every request, to /dev/null instead of stdout.
-- Envoy's error counters after the run: ${errors.length === 0 ? 'none' : errors.join('; ')}.`;
+- Error counters after the run (Envoy's; the TS process's global-limit fail-opens): ${errors.length === 0 ? 'none' : errors.join('; ')}.`;
 }
 
 await main();

@@ -21,6 +21,7 @@ import { systemClock } from './shared/ports.ts';
 import { createSealState } from './shared/seal.ts';
 import { RedisBuckets } from './ratelimit/bucket.ts';
 import { rateLimitService } from './ratelimit/service.ts';
+import { createCheckLimiter } from './ratelimit/check-limit.ts';
 
 export interface App {
   readonly metrics: AuthzMetrics;
@@ -90,7 +91,12 @@ export async function createApp(config: Config, logger: Logger, hooks: { onSeale
   const core = createAuthzCore({
     config, credentials, geo, nonces, markets: store, clock: systemClock, logger, metrics, sealState,
     ...(anonymizer === undefined ? {} : { anonymizer }),
+    // RateLimitService stays served (reflection, health) so an Envoy can still be pointed at it.
     grpcServices: [rateLimitService({ buckets, limits: config, metrics, logger })],
+    // The global limit in Check: this service is the limiter (no RATELIMIT_SERVICE_ADDRESS), so the
+    // Check Envoy already makes takes the bucket (docs/envoy.md §3).
+    ...(buckets !== undefined && config.rateLimitScope === 'global' && config.rateLimitService === undefined
+      ? { globalLimit: createCheckLimiter({ buckets, limits: config, metrics, logger }) } : {}),
   });
   const market = createMarketService({
     store,

@@ -16,6 +16,7 @@ import { createMetrics } from '../src/shared/metrics.ts';
 import type { Clock, GeoLookup, MarketLookup, NonceStore } from '../src/shared/ports.ts';
 import { RedisBuckets } from '../src/ratelimit/bucket.ts';
 import { rateLimitService } from '../src/ratelimit/service.ts';
+import { createCheckLimiter } from '../src/ratelimit/check-limit.ts';
 import { checkRequestObject, decodeCheckResponse, newFeedKey, outcomeOf, type CheckSpec, type FeedKey } from './helpers.ts';
 import type { Redis } from 'ioredis';
 
@@ -66,12 +67,16 @@ export async function startFixture(opts: {
     nonces = opts.nonces;
   }
   const geo: GeoLookup = opts.geo ?? { lookup: () => ({ country: 'CH', regions: [] }) };
+  const buckets = redis === undefined ? undefined : new RedisBuckets(redis, config);
   const core = createAuthzCore({
     config, credentials, geo, nonces, markets: opts.markets,
     clock: opts.clock ?? { nowSecs: () => Math.floor(Date.now() / 1000), nowMs: () => Date.now() },
     logger, metrics,
     // As app.ts wires it: the global rate limit's service beside Check (its buckets on the Redis, if any).
-    grpcServices: [rateLimitService({ buckets: redis === undefined ? undefined : new RedisBuckets(redis, config), limits: config, metrics, logger })],
+    grpcServices: [rateLimitService({ buckets, limits: config, metrics, logger })],
+    // and the bucket taken in Check when this service is the global limiter (REDIS_URL in `env`).
+    ...(buckets !== undefined && config.rateLimitScope === 'global' && config.rateLimitService === undefined
+      ? { globalLimit: createCheckLimiter({ buckets, limits: config, metrics, logger }) } : {}),
   });
   const port = await core.grpc.listen('127.0.0.1', 0);
   core.grpc.setServing(true);

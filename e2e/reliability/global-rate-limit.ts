@@ -39,8 +39,8 @@ export async function startTwoEdges(env: Record<string, string> = {}): Promise<T
     throw (started.find((s) => s.status === 'rejected') as PromiseRejectedResult).reason;
   }
   const edges = ok as [Stack, Stack];
-  // Each Envoy worker opens its HTTP/2 connection to the rate limit service on first use, and a
-  // cold TS process answers its first calls slowly: warm both edges before anything is measured.
+  // Each Envoy worker opens its HTTP/2 connection to authz on first use, and a cold TS process
+  // answers its first calls slowly: warm both edges before anything is measured.
   for (let round = 0; round < 3; round++) {
     await Promise.all(edges.flatMap((s) => Array.from({ length: 8 }, (_, i) => fetch(`${s.edgeUrl}/`, { headers: { 'x-forwarded-for': `192.0.2.${120 + i}` } }).then((r) => r.arrayBuffer()))));
   }
@@ -115,9 +115,11 @@ export async function counter(stack: Stack, name: string): Promise<number> {
 }
 
 /**
- * Requests both edges let through without a global answer so far: Envoy's own count of rate limit
- * calls that failed or timed out (failure_mode_allowed, every route), plus the TS services'
- * answers given without Redis. On a loaded machine a call can miss the 100-ms timeout; each such
+ * Requests both edges let through without a global answer so far: the TS services' Checks that
+ * went on without the bucket (Redis failed: edge_ratelimit_redis_errors_total; Redis slower than
+ * the 100-ms bound: edge_ratelimit_late_total), plus Envoy's own count of rate limit calls that
+ * failed or timed out (failure_mode_allowed; only with a ratelimit filter, i.e.
+ * RATELIMIT_SERVICE_ADDRESS). On a loaded machine a bucket answer can miss the bound; each such
  * request met only its edge's own bucket, so the global bound holds up to this many.
  */
 export async function failedOpen(two: TwoEdges): Promise<number> {
@@ -126,6 +128,7 @@ export async function failedOpen(two: TwoEdges): Promise<number> {
     const stats = await (await fetch(`${s.envoyAdmin}/stats?filter=ratelimit\\.failure_mode_allowed$`)).text();
     for (const line of stats.split('\n')) if (line.includes(': ')) n += Number(line.split(': ')[1]);
     n += await counter(s, 'edge_ratelimit_redis_errors_total');
+    n += await counter(s, 'edge_ratelimit_late_total');
   }
   return n;
 }

@@ -6,6 +6,7 @@ import type { Config, OrderBackendConfig } from '../../authz/src/shared/config.t
 import { canonicalIp, duration, socketAddress, typedConfig, typedExtension, type JsonObject, type RenderOptions } from './common.ts';
 import { CLUSTER, TYPE_URL, type ClusterName } from './names.ts';
 import { clientCertSdsConfig } from './sds.ts';
+import { globalLimitFilter } from './global-rate-limit.ts';
 
 /**
  * STATIC for an IP literal; otherwise the given DNS discovery type, re-resolved every second
@@ -72,9 +73,9 @@ export function authzCluster(config: Config): JsonObject {
 }
 
 /**
- * The RateLimitService (RATE_LIMIT_SCOPE=global): RATELIMIT_SERVICE_ADDRESS, else the TS
- * service's gRPC port (the same server as ext_authz, its own cluster: own connections and
- * stats). HTTP/2 like authz; a failed or slow call fails open (global-rate-limit.ts).
+ * The RateLimitService at RATELIMIT_SERVICE_ADDRESS (rendered only then; without it the TS
+ * service's Check takes the global bucket), else the TS service's gRPC port. HTTP/2 like authz;
+ * a failed or slow call fails open (global-rate-limit.ts).
  */
 export function rateLimitCluster(config: Config): JsonObject {
   const { host, port } = config.rateLimitService ?? { host: config.authzAddress, port: config.authzGrpcPort };
@@ -168,11 +169,11 @@ export function orderBackendCluster(backend: OrderBackendConfig, opts: RenderOpt
 
 /**
  * Every cluster the config needs: the order backend only when one is configured, the rate limit
- * service only with the global limit.
+ * service only with RATELIMIT_SERVICE_ADDRESS (the TS service takes the global bucket in Check).
  */
 export function clusters(config: Config, opts: RenderOptions): JsonObject[] {
   const all = [authzCluster(config), marketCluster(config, opts)];
   if (config.orderBackend !== undefined) all.push(orderBackendCluster(config.orderBackend, opts));
-  if (config.rateLimitScope === 'global') all.push(rateLimitCluster(config));
+  if (globalLimitFilter(config)) all.push(rateLimitCluster(config));
   return all;
 }

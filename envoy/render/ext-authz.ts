@@ -3,7 +3,7 @@
  * check settings they read.
  */
 import type { Config } from '../../authz/src/shared/config.ts';
-import { CONTEXT_EXTENSION, HEADER_PHASE, type RouteKind } from '../../authz/src/shared/contract.ts';
+import { CONTEXT_EXTENSION, GLOBAL_LIMIT_IN_CHECK, HEADER_PHASE, type RouteKind } from '../../authz/src/shared/contract.ts';
 import { duration, typedConfig, typedExtension, type JsonObject, type RenderOptions, type TypedConfig, type TypedExtension } from './common.ts';
 import { AUTHZ_HEADERS, CLUSTER, FILTER, TYPE_URL } from './names.ts';
 
@@ -56,8 +56,13 @@ export function ingestHeadersFilter(config: Config, opts: RenderOptions): TypedE
   };
 }
 
-/** The ext_authz filter's per-route config: the route's body rule and its kind. */
-export function authzPerRoute(kind: RouteKind, config: Config): TypedConfig {
+/**
+ * The ext_authz filter's per-route config: the route's body rule and its kind; with `globalLimit`
+ * (a route with an upstream, the TS service the global limiter) the mark that makes its Check
+ * take the global bucket (authz/src/ratelimit/check-limit.ts). Routes Envoy answers itself stay
+ * under the local limit only, as with the ratelimit filter (which skips them).
+ */
+export function authzPerRoute(kind: RouteKind, config: Config, globalLimit = false): TypedConfig {
   const checkSettings = kind === 'read' || kind === 'geoblock'
     // Reads: authz decides on method, path and client address; buffering a body would only
     // add latency and bytes on the wire. Bodies stream to the market service, which rejects them.
@@ -65,7 +70,10 @@ export function authzPerRoute(kind: RouteKind, config: Config): TypedConfig {
     : { with_request_body: bodySettings(kind === 'ingest' ? config.ingestMaxBytes : config.orderMaxBytes) };
   return typedConfig(TYPE_URL.extAuthzPerRoute, {
     // Lets the authz service (and grpcurl/log readers) see which route Envoy chose.
-    check_settings: { ...checkSettings, context_extensions: { [CONTEXT_EXTENSION.route]: kind } },
+    check_settings: {
+      ...checkSettings,
+      context_extensions: { [CONTEXT_EXTENSION.route]: kind, ...(globalLimit ? { [CONTEXT_EXTENSION.rateLimit]: GLOBAL_LIMIT_IN_CHECK } : {}) },
+    },
   });
 }
 

@@ -6,16 +6,17 @@ import type { Config } from '../../authz/src/shared/config.ts';
 import { headerMutationFilter, xffGuardFilter } from './client-address.ts';
 import { typedExtension, type RenderOptions, type TypedExtension } from './common.ts';
 import { extAuthzFilter, ingestHeadersFilter } from './ext-authz.ts';
-import { bodyBufferFilter, globalRateLimitFilter } from './global-rate-limit.ts';
+import { bodyBufferFilter, globalLimitFilter, globalRateLimitFilter } from './global-rate-limit.ts';
 import { FILTER, TYPE_URL } from './names.ts';
 import { orderBodyFilter } from './order-body.ts';
 import { rateLimitFilter } from './rate-limit.ts';
 
 /**
  * header_mutation → XFF guard (trusted hops only) → local_ratelimit → ext_authz ingest header
- * phase (disabled; the ingest route enables it) → [global scope: body buffer (disabled; orders and
- * ingest enable it) → ratelimit] → ext_authz → order-body Lua (disabled; the orders route enables
- * it) → router.
+ * phase (disabled; the ingest route enables it) → [RATELIMIT_SERVICE_ADDRESS: body buffer
+ * (disabled; orders and ingest enable it) → ratelimit] → ext_authz (with the TS service as the
+ * global limiter, its Check takes the global bucket) → order-body Lua (disabled; the orders route
+ * enables it) → router.
  */
 export function httpFilters(config: Config, opts: RenderOptions): TypedExtension[] {
   return [
@@ -26,7 +27,7 @@ export function httpFilters(config: Config, opts: RenderOptions): TypedExtension
     ingestHeadersFilter(config, opts),
     // The global limit after the local one (a burst on this replica never costs a round trip), and
     // after a body is whole (global-rate-limit.ts bodyBufferFilter: 413 before anything waits).
-    ...(config.rateLimitScope === 'global' ? [bodyBufferFilter(config), globalRateLimitFilter(config)] : []),
+    ...(globalLimitFilter(config) ? [bodyBufferFilter(config), globalRateLimitFilter(config)] : []),
     extAuthzFilter(config, opts),
     orderBodyFilter(),
     // suppress_envoy_headers: responses never advertise x-envoy-upstream-service-time etc.

@@ -1,8 +1,11 @@
 /**
- * The global rate limit (RATE_LIMIT_SCOPE=global): envoy.filters.http.ratelimit after the local
- * bucket, asking a RateLimitService (envoy.service.ratelimit.v3) for the same per-client
- * descriptors; and that service's config for another implementation (envoyproxy/ratelimit),
- * rendered from the same settings so switching RATELIMIT_SERVICE_ADDRESS keeps the limit.
+ * The global rate limit (RATE_LIMIT_SCOPE=global), two ways (docs/envoy.md §3):
+ * - the TS service as the limiter (RATELIMIT_SERVICE_ADDRESS unset): the ext_authz Check the
+ *   request already makes takes the bucket (authz/src/ratelimit/check-limit.ts); Envoy only marks
+ *   the routes whose Check takes it (context_extensions, ext-authz.ts) and has no ratelimit filter;
+ * - another implementation (RATELIMIT_SERVICE_ADDRESS): envoy.filters.http.ratelimit after the
+ *   local bucket, asking that RateLimitService (envoy.service.ratelimit.v3) for the same per-client
+ *   descriptors; and its config (envoyproxy/ratelimit), rendered from the same settings.
  */
 import { stringify } from 'yaml';
 import type { Config } from '../../authz/src/shared/config.ts';
@@ -12,6 +15,19 @@ import { CLUSTER, FILTER, TYPE_URL } from './names.ts';
 import { clientRateLimits } from './rate-limit.ts';
 
 /**
+ * True when the ext_authz Check takes the global bucket (the TS service is the limiter): one gRPC
+ * call per request instead of two (measured in docs/benchmarks.md, "Edge data plane").
+ */
+export function globalLimitInCheck(config: Config): boolean {
+  return config.rateLimitScope === 'global' && config.rateLimitService === undefined;
+}
+
+/** True when Envoy's ratelimit filter asks another RateLimitService (RATELIMIT_SERVICE_ADDRESS). */
+export function globalLimitFilter(config: Config): boolean {
+  return config.rateLimitScope === 'global' && config.rateLimitService !== undefined;
+}
+
+/**
  * Envoy's deadline for one ShouldRateLimit (the filter's own `timeout`; Envoy's default is
  * 20 ms). Past it, or with the service unreachable, the request goes on as if allowed (fail
  * open): the local bucket before this filter still holds each client to RPS_PER_IP/RATE_BURST
@@ -19,15 +35,16 @@ import { clientRateLimits } from './rate-limit.ts';
  * edges): a burst of 120 concurrent requests from one client had its 40 calls to one edge's TS
  * process time out and pass on the local limit; 100 ms held every time.
  */
-export const RATE_LIMIT_SERVICE_TIMEOUT_MS = 100;
+export const RATE_LIMIT_SERVICE_TIMEOUT_MS = RATE_LIMIT.timeoutMs;
 
 /**
- * The ratelimit filter: same descriptors as the local bucket (filter-level `rate_limits`, so every
- * route that has an upstream cluster is covered), fail open, 429 answered like the local one.
- * - With the TS service as the rate limit service, the service writes the x-ratelimit-* headers
- *   itself (response_headers_to_add, in the local filter's format: limit = RATE_BURST, the global
- *   budget remaining, seconds to the next token), so the filter's draft-03 headers stay off;
- *   another implementation gets Envoy's draft-03 headers from its descriptor statuses.
+ * The ratelimit filter (RATELIMIT_SERVICE_ADDRESS): same descriptors as the local bucket
+ * (filter-level `rate_limits`, so every route that has an upstream cluster is covered), fail open,
+ * 429 answered like the local one.
+ * - The TS service's RateLimitService, when an Envoy is pointed at it, writes the x-ratelimit-*
+ *   headers itself (response_headers_to_add, in the local filter's format); without
+ *   RATELIMIT_SERVICE_ADDRESS this filter is not rendered (the Check takes the bucket), so it
+ *   always writes Envoy's draft-03 headers from the descriptor statuses.
  * - `x-envoy-ratelimited` is not added: a 429 carries exactly what the local one does.
  */
 export function globalRateLimitFilter(config: Config): TypedExtension {
@@ -44,8 +61,9 @@ export function globalRateLimitFilter(config: Config): TypedExtension {
 }
 
 /**
- * The whole request body, buffered before the global limit on the routes that have one (orders,
- * ingest): disabled in the chain, switched on per route with that route's limit.
+ * The whole request body, buffered before the ratelimit filter on the routes that have one (orders,
+ * ingest): disabled in the chain, switched on per route with that route's limit. Only with the
+ * filter (RATELIMIT_SERVICE_ADDRESS): with the bucket taken in Check nothing waits before ext_authz.
  *
  * Why: while a filter waits for an answer (here the rate limit service) Envoy keeps reading the
  * body only up to the connection's buffer limit (32 KiB) and then stops reading (watermark). The

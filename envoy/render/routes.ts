@@ -9,7 +9,7 @@ import { authzPerRoute, ingestHeadersPerRoute, type RouteKind } from './ext-auth
 import {
   BACKEND_ORDERS_PATH, CLUSTER, FILTER, GEOBLOCK_PATH, INGEST_PATH, ORDERS_PATH, ROUTE, type HttpFilterName, type RouteName,
 } from './names.ts';
-import { bodyBufferPerRoute } from './global-rate-limit.ts';
+import { bodyBufferPerRoute, globalLimitFilter, globalLimitInCheck } from './global-rate-limit.ts';
 import { orderBodyPerRoute } from './order-body.ts';
 
 /** typed_per_filter_config: keyed by the name of a filter in the chain, or it does nothing. */
@@ -56,9 +56,11 @@ function directResponse(name: RouteName, match: JsonObject, status: number, kind
  *   anything else → market (it answers 404/405 itself)
  */
 export function routes(config: Config): Route[] {
-  // Global scope: the body is buffered whole before the rate limit service is asked (global-rate-limit.ts).
+  // RATELIMIT_SERVICE_ADDRESS: the body is buffered whole before the rate limit service is asked (global-rate-limit.ts).
   const buffered = (maxBytes: number): PerFilterConfig =>
-    (config.rateLimitScope === 'global' ? { [FILTER.bodyBuffer]: bodyBufferPerRoute(maxBytes) } : {});
+    (globalLimitFilter(config) ? { [FILTER.bodyBuffer]: bodyBufferPerRoute(maxBytes) } : {});
+  // The TS service as the global limiter: the Check of every route with an upstream takes the bucket.
+  const inCheck = globalLimitInCheck(config);
   const table: Route[] = [
     {
       name: ROUTE.ingest,
@@ -67,7 +69,7 @@ export function routes(config: Config): Route[] {
       typed_per_filter_config: {
         [FILTER.ingestHeaders]: ingestHeadersPerRoute(),
         ...buffered(config.ingestMaxBytes),
-        [FILTER.extAuthz]: authzPerRoute('ingest', config),
+        [FILTER.extAuthz]: authzPerRoute('ingest', config, inCheck),
       },
     },
     directResponse(ROUTE.ingestMethod, { path: INGEST_PATH }, ERROR_STATUS.method_not_allowed, 'read', config, [['allow', 'POST']]),
@@ -94,7 +96,7 @@ export function routes(config: Config): Route[] {
       },
       typed_per_filter_config: {
         ...buffered(config.orderMaxBytes),
-        [FILTER.extAuthz]: authzPerRoute('order', config),
+        [FILTER.extAuthz]: authzPerRoute('order', config, inCheck),
         [FILTER.lua]: orderBodyPerRoute(),
       },
     });
@@ -107,13 +109,13 @@ export function routes(config: Config): Route[] {
       headers: [{ name: ':method', string_match: { safe_regex: { regex: `^(${GEOBLOCK_METHODS.join('|')})$` } } }],
     },
     route: { cluster: CLUSTER.market, timeout: duration(MARKET_ROUTE_TIMEOUT_MS) },
-    typed_per_filter_config: { [FILTER.extAuthz]: authzPerRoute('geoblock', config) },
+    typed_per_filter_config: { [FILTER.extAuthz]: authzPerRoute('geoblock', config, inCheck) },
   });
   table.push({
     name: ROUTE.read,
     match: { prefix: '/' },
     route: { cluster: CLUSTER.market, timeout: duration(MARKET_ROUTE_TIMEOUT_MS) },
-    typed_per_filter_config: { [FILTER.extAuthz]: authzPerRoute('read', config) },
+    typed_per_filter_config: { [FILTER.extAuthz]: authzPerRoute('read', config, inCheck) },
   });
   return table;
 }

@@ -2,11 +2,14 @@
  * The global rate limit in the rendered config (RATE_LIMIT_SCOPE, RATELIMIT_SERVICE_ADDRESS) and
  * on a live Envoy 1.40 against the real RateLimitService of the TS service (authz/src/ratelimit/,
  * buckets on a private redis-server):
- * - global: envoy.filters.http.ratelimit right after the local bucket, the same descriptors, fail
- *   open with a 100-ms timeout, its own HTTP/2 cluster; `local` (and no Redis) renders exactly what
- *   the edge rendered before the global limit existed: no ratelimit filter, no cluster;
+ * - global with the TS service as the limiter (the default with Redis): no ratelimit filter and no
+ *   cluster; the routes with an upstream mark their Check (context_extensions `rate_limit:
+ *   global`), which takes the bucket; RATELIMIT_SERVICE_ADDRESS: envoy.filters.http.ratelimit right
+ *   after the local bucket, the same descriptors, fail open with a 100-ms timeout, its own HTTP/2
+ *   cluster; `local` (and no Redis) renders exactly what the edge rendered before the global limit
+ *   existed: no ratelimit filter, no cluster;
  * - the envoyproxy/ratelimit config rendered from the same settings (`--ratelimit-config`);
- * - live: two Envoys on one service hold a client to RATE_BURST in all; a 429 of the global stage
+ * - live: two Envoys on one TS service (the bucket taken in Check) hold a client to RATE_BURST in all; a 429 of the global stage
  *   carries what the local stage's does; an allowed request carries one set of x-ratelimit
  *   headers; orders and ingests are limited too; the service slow or stopped → the request passes
  *   on the local limit, which still applies, and Envoy counts it.
@@ -28,6 +31,7 @@ import { ALLOW } from '../../authz/src/authz/decision.ts';
 import { createGrpcServer, type AuthzGrpcServer } from '../../authz/src/authz/grpc-server.ts';
 import { RedisBuckets, type Buckets } from '../../authz/src/ratelimit/bucket.ts';
 import { rateLimitService } from '../../authz/src/ratelimit/service.ts';
+import { createCheckLimiter, withGlobalLimit } from '../../authz/src/ratelimit/check-limit.ts';
 import { PrivateRedis } from '../../authz/test/redis-server.ts';
 import { envoyBinary, validateBootstrap } from '../envoy-bin.ts';
 import { main as renderCli } from '../render-cli.ts';
@@ -49,10 +53,38 @@ function render(env: Env): { bootstrap: JsonObject; text: string; file: string }
 const filterNames = (b: JsonObject): unknown[] => httpFilters(b).map((f) => f['name']);
 const filterNamed = (b: JsonObject, name: string): Obj => httpFilters(b).find((f) => f['name'] === name)!;
 const REDIS = 'redis://127.0.0.1:6379/0';
+/** A route's Check mark (context_extensions rate_limit) for the given filter, undefined when none. */
+const markOf = (per: Obj, filter: string): unknown => (per[filter] === undefined ? undefined : (at(per[filter], 'check_settings.context_extensions') as Obj)['rate_limit']);
 
 describe('rendered: RATE_LIMIT_SCOPE', () => {
-  test('global (the default with REDIS_URL): ratelimit filter right after the local bucket, same descriptors, fail open within 100 ms, its own HTTP/2 cluster on the TS service', () => {
+  test('global (the default with REDIS_URL): no ratelimit filter, no rate limit cluster; the Check of every route with an upstream takes the bucket, never the ingest header phase or a route Envoy answers itself', () => {
     const { bootstrap, file } = render({ REDIS_URL: REDIS, XFF_NUM_TRUSTED_HOPS: '1', AUTHZ_GRPC_PORT: '9300' });
+    assert.deepEqual(filterNames(bootstrap), [FILTER.headerMutation, FILTER.xffGuard, FILTER.rateLimit, FILTER.ingestHeaders,
+      FILTER.extAuthz, FILTER.lua, FILTER.router]);
+    assert.equal(clusterNamed(bootstrap, CLUSTER.rateLimit), undefined);
+    const routes = at(bootstrap, 'static_resources.listeners[0].filter_chains[0].filters[0].typed_config.route_config.virtual_hosts[0].routes') as Obj[];
+    const marks = routes.map((r) => {
+      const per = r['typed_per_filter_config'] as Obj;
+      return [r['name'], markOf(per, FILTER.extAuthz), markOf(per, FILTER.ingestHeaders)];
+    });
+    assert.deepEqual(marks, [
+      ['ingest', 'global', undefined], ['ingest_method_not_allowed', undefined, undefined], ['internal_not_found', undefined, undefined],
+      ['orders_no_backend', undefined, undefined], ['orders_method_not_allowed', undefined, undefined], ['geoblock', 'global', undefined], ['read', 'global', undefined],
+    ]);
+    assert.ok(routes.every((r) => (r['typed_per_filter_config'] as Obj)[FILTER.bodyBuffer] === undefined), 'nothing waits before ext_authz: no body buffer');
+    // The local stage writes its headers on its own 429s only (values as Envoy's own for a 1-s fill);
+    // the Check writes the global budget's.
+    const local = filterNamed(bootstrap, FILTER.rateLimit)['typed_config'] as Obj;
+    assert.equal(local['enable_x_ratelimit_headers'], undefined, 'off');
+    assert.deepEqual((local['response_headers_to_add'] as Obj[]).map((h) => [at(h, 'header.key'), at(h, 'header.value')]),
+      [['x-ratelimit-limit', '40'], ['x-ratelimit-remaining', '0'], ['x-ratelimit-reset', '1']]);
+    const v = validateBootstrap(file);
+    assert.equal(v.exitCode, 0, v.output);
+    assert.doesNotMatch(v.output, /deprecated/i);
+  });
+
+  test('RATELIMIT_SERVICE_ADDRESS: ratelimit filter right after the local bucket, same descriptors, fail open within 100 ms, bodies buffered first, no Check takes a bucket', () => {
+    const { bootstrap, file } = render({ REDIS_URL: REDIS, XFF_NUM_TRUSTED_HOPS: '1', RATELIMIT_SERVICE_ADDRESS: '127.0.0.1:8081' });
     assert.deepEqual(filterNames(bootstrap), [FILTER.headerMutation, FILTER.xffGuard, FILTER.rateLimit, FILTER.ingestHeaders,
       FILTER.bodyBuffer, FILTER.globalRateLimit, FILTER.extAuthz, FILTER.lua, FILTER.router]);
     // Bodies are whole before the service is asked: the buffer filter, off in the chain, on for the
@@ -62,6 +94,7 @@ describe('rendered: RATE_LIMIT_SCOPE', () => {
     const buffered = routes.filter((r) => (r['typed_per_filter_config'] as Obj)[FILTER.bodyBuffer] !== undefined)
       .map((r) => [r['name'], at((r['typed_per_filter_config'] as Obj)[FILTER.bodyBuffer], 'buffer.max_request_bytes')]);
     assert.deepEqual(buffered, [['ingest', 1_048_576]], 'no order backend here: the orders route answers 502 itself');
+    assert.ok(routes.every((r) => markOf(r['typed_per_filter_config'] as Obj, FILTER.extAuthz) === undefined));
     const local = filterNamed(bootstrap, FILTER.rateLimit)['typed_config'] as Obj;
     const global = filterNamed(bootstrap, FILTER.globalRateLimit)['typed_config'] as Obj;
     assert.deepEqual(global['rate_limits'], local['rate_limits'], 'the same two descriptors');
@@ -69,16 +102,9 @@ describe('rendered: RATE_LIMIT_SCOPE', () => {
     assert.equal(global['failure_mode_deny'], false);
     assert.equal(global['timeout'], `${RATE_LIMIT_SERVICE_TIMEOUT_MS / 1000}s`);
     assert.equal(global['disable_x_envoy_ratelimited_header'], true);
-    assert.equal(global['enable_x_ratelimit_headers'], undefined, 'off: the TS service writes the headers itself');
     assert.equal(at(global, 'rate_limit_service.grpc_service.envoy_grpc.cluster_name'), CLUSTER.rateLimit);
     assert.equal(at(global, 'rate_limit_service.transport_api_version'), 'V3');
-    // The local stage writes its headers on its own 429s only (values as Envoy's own for a 1-s fill).
     assert.equal(local['enable_x_ratelimit_headers'], undefined, 'off');
-    assert.deepEqual((local['response_headers_to_add'] as Obj[]).map((h) => [at(h, 'header.key'), at(h, 'header.value')]),
-      [['x-ratelimit-limit', '40'], ['x-ratelimit-remaining', '0'], ['x-ratelimit-reset', '1']]);
-    const cluster = clusterNamed(bootstrap, CLUSTER.rateLimit)!;
-    assert.deepEqual(at(cluster, 'load_assignment.endpoints[0].lb_endpoints[0].endpoint.address.socket_address'), { address: '127.0.0.1', port_value: 9300 });
-    assert.ok(at(cluster, 'typed_extension_protocol_options'));
     const v = validateBootstrap(file);
     assert.equal(v.exitCode, 0, v.output);
     assert.doesNotMatch(v.output, /deprecated/i);
@@ -172,8 +198,10 @@ describe('live Envoy 1.40: the global rate limit', { skip: envoyAvailable ? fals
     redisClient = createRedis(redis.url);
     await new Promise((r) => redisClient.once('ready', r));
     const buckets = new RedisBuckets(redisClient, limits);
-    // The TS service as in production: ext_authz Check and the RateLimitService on one port.
-    ts = createGrpcServer({ evaluate: () => { checks++; return ALLOW; }, observe: () => {}, onError: () => {}, services: [rateLimitService({ buckets, limits, metrics, logger })] });
+    // The TS service as in production: ext_authz Check taking the bucket (check-limit.ts), and the
+    // RateLimitService still served on the same port.
+    const evaluate = withGlobalLimit(createCheckLimiter({ buckets, limits, metrics, logger }), () => { checks++; return ALLOW; });
+    ts = createGrpcServer({ evaluate, observe: () => {}, onError: () => {}, services: [rateLimitService({ buckets, limits, metrics, logger })] });
     const tsPort = await ts.listen('127.0.0.1', 0);
     ts.setServing(true);
     // "Another implementation" at RATELIMIT_SERVICE_ADDRESS, slowed or stopped at will.
@@ -214,7 +242,7 @@ describe('live Envoy 1.40: the global rate limit', { skip: envoyAvailable ? fals
     await redis?.stop();
   });
 
-  test('two Envoys on one rate limit service: a client alternating between them gets RATE_BURST in all (each Envoy alone would allow it); another client is unaffected', async () => {
+  test('two Envoys on one TS service (the bucket taken in Check): a client alternating between them gets RATE_BURST in all (each Envoy alone would allow it); another client is unaffected', async () => {
     const me = client();
     const statuses: number[] = [];
     for (let i = 0; i < 6; i++) statuses.push((await request((i % 2 === 0 ? a : b).edgePort, 'GET', '/healthz', me)).status);
@@ -252,13 +280,13 @@ describe('live Envoy 1.40: the global rate limit', { skip: envoyAvailable ? fals
     const ingest = await request(b.edgePort, 'POST', '/internal/ingest/market', { ...me, 'content-type': 'application/json' }, '{}');
     assert.deepEqual([order.status, ingest.status], [429, 429]);
     assert.equal(await rateLimited(), before + 2);
-    // Envoy's ratelimit filter asks only for routes with a cluster: the 404/405 direct responses
-    // (nothing upstream) are held by each Envoy's own bucket (here: B's, one token left).
+    // Only the routes with a cluster take the global bucket (as Envoy's ratelimit filter asks only
+    // for them): the 404/405 direct responses are held by each Envoy's own bucket (here: B's, one token left).
     assert.equal((await request(b.edgePort, 'GET', '/internal/other', me)).status, 404);
     assert.equal(await rateLimited(), before + 2, 'not asked');
   });
 
-  test('an order body over ORDER_MAX_BYTES is 413 at once, before the rate limit service or authz is asked (even to a client that sends its whole body before reading)', async () => {
+  test('an order body over ORDER_MAX_BYTES is 413 at once, before the bucket or authz is asked (even to a client that sends its whole body before reading)', async () => {
     const before = (await metrics.registry.getSingleMetric('edge_ratelimit_decisions_total')?.get())?.values.reduce((n, v) => n + v.value, 0);
     const checksBefore = checks;
     const r = await fetch(`http://127.0.0.1:${b.edgePort}/v1/orders`, {
@@ -266,7 +294,7 @@ describe('live Envoy 1.40: the global rate limit', { skip: envoyAvailable ? fals
     });
     assert.deepEqual([r.status, ((await r.json()) as Obj)['error']], [413, 'payload_too_large']);
     const after = (await metrics.registry.getSingleMetric('edge_ratelimit_decisions_total')?.get())?.values.reduce((n, v) => n + v.value, 0);
-    assert.equal(after, before, 'the rate limit service was not asked');
+    assert.equal(after, before, 'the bucket was not taken');
     assert.equal(checks, checksBefore, 'authz was not asked');
   });
 

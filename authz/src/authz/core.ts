@@ -19,6 +19,8 @@ import { createSealState, type SealState } from '../shared/seal.ts';
 import { createGeoClassifier, type GeoResult } from './stages/geo.ts';
 import { shadowHooks } from './shadow.ts';
 import type { GrpcServiceRegistration } from '../ratelimit/service.ts';
+import { withGlobalLimit, type CheckLimiter } from '../ratelimit/check-limit.ts';
+import type { Decision } from './decision.ts';
 
 export interface AuthzCoreDeps {
   readonly config: Config;
@@ -35,6 +37,11 @@ export interface AuthzCoreDeps {
   readonly sealState?: SealState;
   /** Services the gRPC server serves beside Check (the global rate limit's RateLimitService). */
   readonly grpcServices?: readonly GrpcServiceRegistration[];
+  /**
+   * The global rate limit taken in Check (RATE_LIMIT_SCOPE=global, the TS service as the
+   * limiter): asked first by the Checks Envoy marks (AuthzInput.globalLimit), before any stage.
+   */
+  readonly globalLimit?: CheckLimiter;
 }
 
 export interface AuthzCore {
@@ -107,13 +114,15 @@ export function createAuthzCore(deps: AuthzCoreDeps): AuthzCore {
     ...shadowHooks(config, metrics, logger),
   };
 
+  const decide = (input: AuthzInput): Decision | Promise<Decision> => {
+    lastGeo = undefined;
+    const result = evaluate(input, pipeline);
+    input.geo = lastGeo;
+    return result;
+  };
   const grpc = createGrpcServer({
-    evaluate: (input: AuthzInput) => {
-      lastGeo = undefined;
-      const result = evaluate(input, pipeline);
-      input.geo = lastGeo;
-      return result;
-    },
+    // The global bucket first, when this service is the global limiter (ratelimit/check-limit.ts).
+    evaluate: deps.globalLimit === undefined ? decide : withGlobalLimit(deps.globalLimit, decide),
     observe: (input, d, startNs) => {
       const route = routeLabel(input);
       const seconds = Number(process.hrtime.bigint() - startNs) / 1e9;

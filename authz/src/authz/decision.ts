@@ -18,6 +18,11 @@ export interface Decision {
   /** Headers of the denial response (or headers added upstream on an allow). */
   readonly headers: readonly Header[];
   /**
+   * An allow's headers for the client's response (OkHttpResponse.response_headers_to_add): the
+   * global rate limit's x-ratelimit-* when the Check took the bucket (authz/src/ratelimit/check-limit.ts).
+   */
+  readonly responseHeaders?: readonly Header[];
+  /**
    * Denial body (error JSON) as sent in a Check without a request id (`"requestId":null`); empty
    * on allow. The body sent for a request is denialBody(d, requestId).
    */
@@ -27,6 +32,11 @@ export interface Decision {
    * geoDenial() set it); denialBody appends the id.
    */
   readonly bodyPrefix?: string;
+  /**
+   * What follows the request id's closing `}` (a newline in the global limit's 429, which is
+   * byte for byte Envoy's json_format local reply); nothing when undefined.
+   */
+  readonly bodyEnd?: string;
   /**
    * String fields sent as CheckResponse.dynamic_metadata on an allow (Envoy stores them under
    * `envoy.filters.http.ext_authz` for later filters; never sent upstream, never logged).
@@ -41,7 +51,7 @@ export interface Decision {
  * `x-request-id` Envoy generated and returns to the client (null in a Check without one).
  */
 export function denialBody(d: Decision, requestId: string | undefined): string {
-  return d.bodyPrefix === undefined ? d.body : errorJsonWithId(d.bodyPrefix, requestId);
+  return d.bodyPrefix === undefined ? d.body : errorJsonWithId(d.bodyPrefix, requestId) + (d.bodyEnd ?? '');
 }
 
 /** The body fields of a denial: its prefix and the whole body for a request without an id. */

@@ -13,7 +13,7 @@ import { isIP } from 'node:net';
 import { dirname, join } from 'node:path';
 import { RE } from './rules.ts';
 import { ANONYMIZER_FLAGS, type AnonymizerFlag } from './ports.ts';
-import type { RouteKind } from './contract.ts';
+import { RATE_LIMIT, type RouteKind } from './contract.ts';
 
 /** Thrown at start-up for a missing or malformed setting. */
 export class ConfigError extends Error {
@@ -348,6 +348,11 @@ export function configWarnings(c: Config): string[] {
     out.push(`REDIS_REPLICA_WAIT_MS=${c.redisReplicaWaitMs} is too long for AUTHZ_TIMEOUT_MS=${c.authzTimeoutMs}: an ingest's nonce `
       + `may wait for replicas three times, up to 100 ms longer each (${3 * (c.redisReplicaWaitMs + 100)} ms), so Envoy can give up `
       + 'first (503 all the same). Lower REDIS_REPLICA_WAIT_MS or raise AUTHZ_TIMEOUT_MS.');
+  }
+  // The global limit in the Check (docs/envoy.md §3) waits up to RATE_LIMIT.timeoutMs before the policy runs.
+  if (c.rateLimitScope === 'global' && c.rateLimitService === undefined && c.authzTimeoutMs <= 2 * RATE_LIMIT.timeoutMs) {
+    out.push(`AUTHZ_TIMEOUT_MS=${c.authzTimeoutMs} leaves little room for the global rate limit, which the Check waits for up to `
+      + `${RATE_LIMIT.timeoutMs} ms before its policy: with Redis slow, Envoy can give up on the Check first (503). Raise AUTHZ_TIMEOUT_MS.`);
   }
   // A region rule overrides its country's in both directions (docs/api.md "Jurisdiction tiers"):
   // said once at start-up where that loosens the country's tier, in case it was not meant.

@@ -53,8 +53,15 @@ export const CONTEXT_EXTENSION = {
   route: 'route',
   /** `headers` on the ingest's first Check, which carries no body (HEADER_PHASE). */
   phase: 'phase',
+  /**
+   * `global` (GLOBAL_LIMIT_IN_CHECK) on the routes whose Check takes the global rate limit's
+   * bucket: RATE_LIMIT_SCOPE=global with the TS service as the limiter (no
+   * RATELIMIT_SERVICE_ADDRESS), every route with an upstream, never the ingest's header phase.
+   */
+  rateLimit: 'rate_limit',
 } as const;
 export const HEADER_PHASE = 'headers';
+export const GLOBAL_LIMIT_IN_CHECK = 'global';
 
 /** Header names crossing the Envoy ⇄ service ⇄ backend boundary. */
 export const HEADER = {
@@ -114,4 +121,9 @@ export const RATE_LIMIT = {
   v6AddressKey: 'masked_remote_address',
   /** The prefix an IPv6 client is masked to (one end site). */
   v6PrefixLength: 64,
+  /**
+   * The most one bucket answer may take (Envoy's ratelimit filter timeout, or the Check's own
+   * bound when the Check takes the bucket); past it the request fails open to the local limit.
+   */
+  timeoutMs: 100,
 } as const;

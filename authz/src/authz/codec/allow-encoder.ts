@@ -1,11 +1,12 @@
 /**
- * The CheckResponse of an allow that carries dynamic metadata (an accepted order), encoded by
- * hand: it is built per order (the payload is the order's own), and protobufjs (proto-loader's
+ * The CheckResponse of an allow that carries dynamic metadata (an accepted order) or response
+ * headers (the global rate limit's x-ratelimit-*, when the Check took the bucket), encoded by
+ * hand: it is built per request (the payload is the order's own), and protobufjs (proto-loader's
  * fromObject + encode) spends ~1 µs per header and as much again on the Struct. The layout
  * (envoy/service/auth/v3/external_auth.proto, config/core/v3/base.proto, google/protobuf/struct.proto):
  *
  *   CheckResponse  status = 1 (google.rpc.Status, code = 1: 0) · ok_response = 3 · dynamic_metadata = 4
- *   OkHttpResponse headers = 2 (repeated HeaderValueOption)
+ *   OkHttpResponse headers = 2 (repeated HeaderValueOption) · response_headers_to_add = 6 (same)
  *   HeaderValueOption header = 1 (HeaderValue: key = 1, value = 2) · append_action = 3 (2: OVERWRITE_IF_EXISTS_OR_ADD)
  *   Struct         fields = 1 (map<string, Value>: entry key = 1, value = 2) · Value string_value = 3
  *
@@ -48,21 +49,41 @@ function str(buf: Buffer, pos: number, tag: number, s: string, len: number): num
   return at + buf.write(s, at, 'utf8');
 }
 
-/** The encoded CheckResponse: OK, `headers` to set upstream (overwriting), `metadata` as string Values. */
-export function encodeAllowWithMetadata(headers: readonly Header[], metadata: Readonly<Record<string, string>>): Buffer {
-  const n = headers.length;
-  const keyLens = new Array<number>(n);
-  const valueLens = new Array<number>(n);
-  const hvLens = new Array<number>(n);
-  let ok = 0;
-  for (let i = 0; i < n; i++) {
+/** Size of the HeaderValueOption entries for `headers` (each: tag, length, HeaderValue, append_action). */
+function headersLen(headers: readonly Header[], lens: number[], at: number): number {
+  let total = 0;
+  for (let i = 0; i < headers.length; i++) {
     const [k, v] = headers[i]!;
-    keyLens[i] = Buffer.byteLength(k);
-    valueLens[i] = Buffer.byteLength(v);
-    hvLens[i] = fieldLen(keyLens[i]!) + fieldLen(valueLens[i]!);
-    ok += fieldLen(fieldLen(hvLens[i]!) + 2);
+    const hv = fieldLen(Buffer.byteLength(k)) + fieldLen(Buffer.byteLength(v));
+    lens[at + i] = hv;
+    total += fieldLen(fieldLen(hv) + 2);
   }
-  const entries = Object.entries(metadata);
+  return total;
+}
+
+function writeHeaders(buf: Buffer, pos: number, tag: number, headers: readonly Header[], lens: readonly number[], at: number): number {
+  for (let i = 0; i < headers.length; i++) {
+    const [k, v] = headers[i]!;
+    const hv = lens[at + i]!;
+    pos = head(buf, pos, tag, fieldLen(hv) + 2);
+    pos = head(buf, pos, 0x0a, hv);
+    pos = str(buf, pos, 0x0a, k, Buffer.byteLength(k));
+    pos = str(buf, pos, 0x12, v, Buffer.byteLength(v));
+    buf[pos++] = 0x18;
+    buf[pos++] = OVERWRITE_IF_EXISTS_OR_ADD;
+  }
+  return pos;
+}
+
+/**
+ * The encoded CheckResponse: OK, `headers` to set upstream (overwriting), `responseHeaders` for
+ * the client (OkHttpResponse.response_headers_to_add = 6, overwriting), `metadata` as string
+ * Values (no dynamic_metadata field when undefined).
+ */
+export function encodeAllowWithMetadata(headers: readonly Header[], metadata: Readonly<Record<string, string>> | undefined, responseHeaders: readonly Header[] = []): Buffer {
+  const lens = new Array<number>(headers.length + responseHeaders.length);
+  const ok = headersLen(headers, lens, 0) + headersLen(responseHeaders, lens, headers.length);
+  const entries = metadata === undefined ? [] : Object.entries(metadata);
   const m = entries.length;
   const mk = new Array<number>(m);
   const mv = new Array<number>(m);
@@ -73,25 +94,20 @@ export function encodeAllowWithMetadata(headers: readonly Header[], metadata: Re
     mv[i] = Buffer.byteLength(v);
     struct += fieldLen(fieldLen(mk[i]!) + fieldLen(fieldLen(mv[i]!)));
   }
-  const buf = Buffer.allocUnsafe(STATUS_OK.length + fieldLen(ok) + fieldLen(struct));
+  const buf = Buffer.allocUnsafe(STATUS_OK.length + fieldLen(ok) + (metadata === undefined ? 0 : fieldLen(struct)));
   STATUS_OK.copy(buf, 0);
   let pos = head(buf, STATUS_OK.length, 0x1a, ok);
-  for (let i = 0; i < n; i++) {
-    const [k, v] = headers[i]!;
-    pos = head(buf, pos, 0x12, fieldLen(hvLens[i]!) + 2);
-    pos = head(buf, pos, 0x0a, hvLens[i]!);
-    pos = str(buf, pos, 0x0a, k, keyLens[i]!);
-    pos = str(buf, pos, 0x12, v, valueLens[i]!);
-    buf[pos++] = 0x18;
-    buf[pos++] = OVERWRITE_IF_EXISTS_OR_ADD;
-  }
-  pos = head(buf, pos, 0x22, struct);
-  for (let i = 0; i < m; i++) {
-    const [k, v] = entries[i]!;
-    pos = head(buf, pos, 0x0a, fieldLen(mk[i]!) + fieldLen(fieldLen(mv[i]!)));
-    pos = str(buf, pos, 0x0a, k, mk[i]!);
-    pos = head(buf, pos, 0x12, fieldLen(mv[i]!));
-    pos = str(buf, pos, 0x1a, v, mv[i]!);
+  pos = writeHeaders(buf, pos, 0x12, headers, lens, 0);
+  pos = writeHeaders(buf, pos, 0x32, responseHeaders, lens, headers.length);
+  if (metadata !== undefined) {
+    pos = head(buf, pos, 0x22, struct);
+    for (let i = 0; i < m; i++) {
+      const [k, v] = entries[i]!;
+      pos = head(buf, pos, 0x0a, fieldLen(mk[i]!) + fieldLen(fieldLen(mv[i]!)));
+      pos = str(buf, pos, 0x0a, k, mk[i]!);
+      pos = head(buf, pos, 0x12, fieldLen(mv[i]!));
+      pos = str(buf, pos, 0x1a, v, mv[i]!);
+    }
   }
   if (pos !== buf.length) throw new Error(`allow encoder: wrote ${pos} of ${buf.length} bytes`);
   return buf;

@@ -16,7 +16,7 @@
  *              raw_body = 12, header_map = 13 (HeaderMap.headers = 1 → HeaderValue key=1 value=2 raw_value=3)
  */
 import protobuf from 'protobufjs/minimal.js';
-import { CONTEXT_EXTENSION, HEADER, HEADER_PHASE, ROUTE_KINDS, type RouteKind } from '../../shared/contract.ts';
+import { CONTEXT_EXTENSION, GLOBAL_LIMIT_IN_CHECK, HEADER, HEADER_PHASE, ROUTE_KINDS, type RouteKind } from '../../shared/contract.ts';
 import type { GeoResult } from '../stages/geo.ts';
 
 const { Reader } = protobuf;
@@ -47,6 +47,11 @@ export interface AuthzInput {
    * undefined in a hand-made Check, which is then classified by method and path.
    */
   route: RouteKind | undefined;
+  /**
+   * True when Envoy's route asks this Check to take the global rate limit's bucket
+   * (context_extensions `rate_limit: global`; authz/src/ratelimit/check-limit.ts). Never set by a client.
+   */
+  globalLimit?: boolean;
   /**
    * Filled while deciding, for the decision log (authz/decision-log.ts), never by the decoder:
    * the geo classification the pipeline enforced (a shared object; undefined when geo did not
@@ -130,7 +135,7 @@ function readHttp(r: ProtoReader, end: number, input: AuthzInput, s: Scratch): v
   }
 }
 
-/** A context_extensions map entry: the route Envoy matched and the ingest's header phase. */
+/** A context_extensions map entry: the route Envoy matched, the ingest's header phase, the global limit. */
 function readContextExtension(r: ProtoReader, end: number, input: AuthzInput): void {
   let key = '';
   let value = '';
@@ -143,6 +148,7 @@ function readContextExtension(r: ProtoReader, end: number, input: AuthzInput): v
   if (key === CONTEXT_EXTENSION.route) {
     if ((ROUTE_KINDS as readonly string[]).includes(value)) input.route = value as RouteKind;
   } else if (key === CONTEXT_EXTENSION.phase && value === HEADER_PHASE) input.phase = HEADER_PHASE;
+  else if (key === CONTEXT_EXTENSION.rateLimit && value === GLOBAL_LIMIT_IN_CHECK) input.globalLimit = true;
 }
 
 function readPeerAddress(r: ProtoReader, end: number, s: Scratch): void {

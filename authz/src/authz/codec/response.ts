@@ -21,8 +21,8 @@ function grpcCodeFor(d: Decision): number {
   return GRPC_CODE.PERMISSION_DENIED;
 }
 
-function headerOptions(d: Decision): { header: { key: string; value: string }; append_action: string }[] {
-  return d.headers.map(([key, value]) => ({
+function headerOptions(d: Decision, headers: readonly (readonly [string, string])[] = d.headers): { header: { key: string; value: string }; append_action: string }[] {
+  return headers.map(([key, value]) => ({
     header: { key, value },
     append_action: 'OVERWRITE_IF_EXISTS_OR_ADD',
   }));
@@ -35,7 +35,9 @@ function headerOptions(d: Decision): { header: { key: string; value: string }; a
 export function toCheckResponse(d: Decision, requestId?: string): Record<string, unknown> {
   const headers = headerOptions(d);
   if (d.allow) {
-    const res: Record<string, unknown> = { status: { code: GRPC_CODE.OK }, ok_response: headers.length > 0 ? { headers } : {} };
+    const ok: Record<string, unknown> = headers.length > 0 ? { headers } : {};
+    if (d.responseHeaders !== undefined && d.responseHeaders.length > 0) ok['response_headers_to_add'] = headerOptions(d, d.responseHeaders);
+    const res: Record<string, unknown> = { status: { code: GRPC_CODE.OK }, ok_response: ok };
     if (d.metadata !== undefined) {
       // google.protobuf.Value comes from protobufjs's bundled well-known types, whose field
       // names are camelCase even with keepCase: `string_value` would be dropped silently, and
@@ -75,6 +77,8 @@ interface DenialParts {
   readonly prefix: Buffer;
   /** Whether the request id is appended to `prefix` (false: a decision without bodyPrefix). */
   readonly withId: boolean;
+  /** After the id's closing `}` (Decision.bodyEnd). */
+  readonly end: string;
 }
 
 const denialParts = new WeakMap<Decision, DenialParts>();
@@ -118,7 +122,7 @@ function partsOf(d: Decision, serialize: Serialize): DenialParts {
     if (pos + innerLength !== denied.length) throw new Error('CheckResponse.denied_response holds more than expected');
     const inner = denied.subarray(pos);
     const withId = d.bodyPrefix !== undefined;
-    parts = { status, inner: Buffer.from(inner), prefix: Buffer.from(d.bodyPrefix ?? d.body, 'utf8'), withId };
+    parts = { status, inner: Buffer.from(inner), prefix: Buffer.from(d.bodyPrefix ?? d.body, 'utf8'), withId, end: withId ? d.bodyEnd ?? '' : '' };
     denialParts.set(d, parts);
   }
   return parts;
@@ -130,7 +134,7 @@ function partsOf(d: Decision, serialize: Serialize): DenialParts {
  */
 export function encodeDenial(d: Decision, requestId: string | undefined, serialize: Serialize): Buffer {
   const p = partsOf(d, serialize);
-  const suffix = p.withId ? `${REQUEST_ID_KEY}${requestIdJson(requestId)}}` : '';
+  const suffix = p.withId ? `${REQUEST_ID_KEY}${requestIdJson(requestId)}}${p.end}` : '';
   const suffixLength = Buffer.byteLength(suffix, 'utf8');
   const bodyLength = p.prefix.length + suffixLength;
   const deniedLength = p.inner.length + 1 + varintLength(bodyLength) + bodyLength;
@@ -152,8 +156,9 @@ export function encodeDenial(d: Decision, requestId: string | undefined, seriali
  */
 export function encodeDecision(d: Decision, serialize: Serialize, requestId?: string): Buffer {
   if (!d.allow) return encodeDenial(d, requestId, serialize);
-  // An order's allow, built per order: encoded by hand (codec/allow-encoder.ts, byte-identical).
-  if (d.metadata !== undefined) return encodeAllowWithMetadata(d.headers, d.metadata);
+  // An order's allow, built per order, and an allow carrying the global limit's x-ratelimit-*
+  // headers, built per request: encoded by hand (codec/allow-encoder.ts, byte-identical).
+  if (d.metadata !== undefined || d.responseHeaders !== undefined) return encodeAllowWithMetadata(d.headers, d.metadata, d.responseHeaders);
   let bytes = d.encoded;
   if (bytes === undefined) {
     bytes = serialize(toCheckResponse(d));

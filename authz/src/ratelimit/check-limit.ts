@@ -1,0 +1,165 @@
+/**
+ * The global rate limit taken inside the ext_authz Check (RATE_LIMIT_SCOPE=global with the TS
+ * service as the limiter, i.e. RATELIMIT_SERVICE_ADDRESS unset): the same bucket as
+ * RateLimitService (bucket.ts: key scheme, Lua script, RATE_BURST/RPS_PER_IP, the client key
+ * clientOf derives from the address Envoy computed), without a second gRPC call per request.
+ *
+ * - Which Checks take it: those whose route Envoy marked (context_extensions `rate_limit:
+ *   global`, envoy/render/ext-authz.ts), never the ingest's header phase: one token per request.
+ * - Over the limit: 429 `too many requests` with exactly the body Envoy's local reply writes for
+ *   a 429 (json_format: the CONTRACT JSON and a newline) and the x-ratelimit-* headers of the
+ *   global budget, as the ratelimit filter's 429 carried them.
+ * - Allowed: the x-ratelimit-* headers of the global budget (limit = RATE_BURST, whole tokens
+ *   left, seconds to the next token), added by Envoy to the response.
+ * - Fail open: Redis failing (edge_ratelimit_redis_errors_total) or slower than RATE_LIMIT.timeoutMs
+ *   (edge_ratelimit_late_total; Envoy's ratelimit filter had the same 100-ms timeout) lets the
+ *   request go on without headers; each counts as edge_ratelimit_decisions_total{code="fail_open"}.
+ *   The request still met Envoy's local per-replica bucket, which ran before ext_authz.
+ */
+import { RATE_LIMIT } from '../shared/contract.ts';
+import { ERROR_STATUS, errorJsonPrefix } from '../shared/errors.ts';
+import type { Logger } from '../shared/log.ts';
+import type { AuthzMetrics } from '../shared/metrics.ts';
+import type { AuthzInput } from '../authz/codec/request.ts';
+import type { Decision, Header } from '../authz/decision.ts';
+import { clientOf, type BucketLimits, type Buckets, type Take } from './bucket.ts';
+
+/** What the bucket said about one request. */
+export interface LimitVerdict {
+  /** The 429 to answer instead of evaluating the request; undefined when it may go on. */
+  readonly denial?: Decision;
+  /** The global budget's x-ratelimit-* headers for the response; undefined when it failed open. */
+  readonly headers?: readonly Header[];
+}
+
+export interface CheckLimitDeps {
+  readonly buckets: Buckets;
+  readonly limits: BucketLimits;
+  readonly metrics: AuthzMetrics;
+  readonly logger: Logger;
+  /** Bound on one bucket answer; default RATE_LIMIT.timeoutMs. */
+  readonly timeoutMs?: number;
+}
+
+const FAIL_OPEN: LimitVerdict = Object.freeze({});
+
+/** Seconds until the bucket has one more whole token (0 when full), as the x-ratelimit-reset header writes it. */
+export function resetSeconds(t: Take, rpsPerIp: number): number {
+  if (t.untilFullUs <= 0) return 0;
+  const intervalUs = 1_000_000 / rpsPerIp;
+  const part = t.untilFullUs % intervalUs;
+  return Math.ceil((part > 0 ? part : intervalUs) / 1_000_000);
+}
+
+/** Takes one token from `client`'s global bucket; never rejects. */
+export type CheckLimiter = (client: string) => Promise<LimitVerdict>;
+
+export function createCheckLimiter(deps: CheckLimitDeps): CheckLimiter {
+  const { buckets, limits, metrics, logger } = deps;
+  const timeoutMs = deps.timeoutMs ?? RATE_LIMIT.timeoutMs;
+  const limitHeader: Header = ['x-ratelimit-limit', String(limits.rateBurst)];
+  // Every header value an answer can carry, built once: remaining ∈ [0, RATE_BURST], reset small.
+  const remainingHeaders: Header[] = Array.from({ length: limits.rateBurst + 1 }, (_, n) => ['x-ratelimit-remaining', String(n)]);
+  const resetHeaders: Header[] = [];
+  const resetHeader = (s: number): Header => (resetHeaders[s] ??= ['x-ratelimit-reset', String(s)]);
+  const headersOf = (t: Take): Header[] => [limitHeader, remainingHeaders[t.remaining] ?? ['x-ratelimit-remaining', String(t.remaining)], resetHeader(resetSeconds(t, limits.rpsPerIp))];
+  // The 429s, one per distinct header set (a refused take has nothing left: in practice one or two).
+  const prefix = errorJsonPrefix('too many requests');
+  const denials = new Map<string, Decision>();
+  const denialOf = (t: Take): Decision => {
+    const h = headersOf(t);
+    const key = `${h[1]![1]}|${h[2]![1]}`;
+    let d = denials.get(key);
+    if (d === undefined) {
+      d = {
+        allow: false,
+        code: 'too many requests',
+        httpStatus: ERROR_STATUS['too many requests'],
+        reason: 'too many requests:global',
+        headers: Object.freeze([['content-type', 'application/json'], ...h] as Header[]),
+        body: `${prefix},"requestId":null}\n`,
+        bodyPrefix: prefix,
+        bodyEnd: '\n',
+      };
+      if (denials.size < 1024) denials.set(key, d);
+    }
+    return d;
+  };
+
+  let failing = false;
+  const failOpen = (err: unknown): LimitVerdict => {
+    metrics.rateLimitRedisError();
+    metrics.rateLimit('fail_open');
+    if (!failing) {
+      failing = true;
+      logger.warn({ err: String(err) }, 'global rate limit: Redis unavailable, requests meet only each Envoy\'s local per-client limit until it is back');
+    }
+    return FAIL_OPEN;
+  };
+  const answered = (t: Take): LimitVerdict => {
+    if (failing) {
+      failing = false;
+      logger.info('global rate limit: Redis answers again');
+    }
+    if (!t.allowed) {
+      metrics.rateLimit('over_limit');
+      return { denial: denialOf(t) };
+    }
+    metrics.rateLimit('ok');
+    return { headers: headersOf(t) };
+  };
+
+  return (client) => new Promise<LimitVerdict>((resolve) => {
+    let done = false;
+    const timer = setTimeout(() => {
+      done = true;
+      metrics.rateLimitLate();
+      metrics.rateLimit('fail_open');
+      resolve(FAIL_OPEN);
+    }, timeoutMs);
+    buckets.take(client, 1).then((t) => {
+      if (done) return;
+      done = true;
+      clearTimeout(timer);
+      resolve(answered(t));
+    }, (err: unknown) => {
+      if (done) return;
+      done = true;
+      clearTimeout(timer);
+      resolve(failOpen(err));
+    });
+  });
+}
+
+/**
+ * A decision with the global budget's x-ratelimit-* headers for the client: an allow carries them
+ * as response headers (OkHttpResponse.response_headers_to_add); a denial given after the bucket
+ * let the request on among its own (Envoy's ratelimit filter added them to whatever answer followed).
+ */
+export function withLimitHeaders(d: Decision, headers: readonly Header[]): Decision {
+  if (d.allow) return { ...d, responseHeaders: headers, encoded: undefined };
+  return { ...d, headers: [...d.headers, ...headers], encoded: undefined };
+}
+
+type Evaluate = (input: AuthzInput) => Decision | Promise<Decision>;
+
+/**
+ * `decide` behind the global bucket: a Check Envoy marked (AuthzInput.globalLimit) takes one
+ * token first, as Envoy's ratelimit filter ran before ext_authz, so a refused request reaches no
+ * stage (no nonce is recorded for it). Never the ingest's header phase (checked here again): one
+ * token per request. Unmarked Checks, and an address that is not one, go straight to `decide`
+ * (the synchronous path stays synchronous).
+ */
+export function withGlobalLimit(limiter: CheckLimiter, decide: Evaluate): Evaluate {
+  return (input) => {
+    const client = input.globalLimit === true && input.phase === undefined ? clientOf(input.clientIp) : undefined;
+    if (client === undefined) return decide(input);
+    return limiter(client).then((v) => {
+      if (v.denial !== undefined) return v.denial;
+      const headers = v.headers;
+      const result = decide(input);
+      if (headers === undefined) return result;
+      return result instanceof Promise ? result.then((d) => withLimitHeaders(d, headers)) : withLimitHeaders(result, headers);
+    });
+  };
+}
