@@ -17,7 +17,7 @@ import { createLogger } from '../src/shared/log.ts';
 import { createMetrics, type AuthzMetrics } from '../src/shared/metrics.ts';
 import { configWarnings, loadConfig } from '../src/shared/config.ts';
 import { RATE_LIMIT_KEY_PREFIX, type Buckets } from '../src/ratelimit/bucket.ts';
-import { createCheckLimiter, resetSeconds, withGlobalLimit } from '../src/ratelimit/check-limit.ts';
+import { createCheckLimiter, REMAINING_TABLE_MAX, resetSeconds, withGlobalLimit } from '../src/ratelimit/check-limit.ts';
 import { ALLOW, deny } from '../src/authz/decision.ts';
 import { decodeCheckRequest, type AuthzInput } from '../src/authz/codec/request.ts';
 import { encodeCheckRequest, fakeMarkets, hmacHeaders, ingestBody, marketDoc, type CheckSpec } from './helpers.ts';
@@ -207,4 +207,15 @@ describe('global rate limit in Check – the limiter alone', () => {
     assert.equal(resetSeconds({ allowed: true, remaining: 3, untilFullUs: 2_500_000 }, 0.25), 3);
     assert.equal(resetSeconds({ allowed: true, remaining: 3, untilFullUs: 8_000_000 }, 0.25), 4);
   });
+});
+
+test('a RATE_BURST far above the start-up header table still answers the true remaining budget (the table is bounded, not sized by the setting)', async () => {
+  const metrics = createMetrics({ geoipBuildEpochSecs: () => 0, defaultMetrics: false });
+  const remaining = [1_000_000 - 1, REMAINING_TABLE_MAX, 5];
+  const buckets: Buckets = { take: async () => ({ allowed: true, remaining: remaining.shift() ?? 0, untilFullUs: 1 }) };
+  const limiter = createCheckLimiter({ buckets, limits: { rpsPerIp: 1_000_000, rateBurst: 1_000_000 }, metrics, logger });
+  for (const want of ['999999', String(REMAINING_TABLE_MAX), '5']) {
+    const v = await limiter('192.0.2.1');
+    assert.deepEqual(v.headers?.find(([k]) => k === 'x-ratelimit-remaining'), ['x-ratelimit-remaining', want]);
+  }
 });

@@ -43,6 +43,9 @@ export interface CheckLimitDeps {
 
 const FAIL_OPEN: LimitVerdict = Object.freeze({});
 
+/** At most this many x-ratelimit-remaining headers are built at start-up (production bursts are tens). */
+export const REMAINING_TABLE_MAX = 1024;
+
 /** Seconds until the bucket has one more whole token (0 when full), as the x-ratelimit-reset header writes it. */
 export function resetSeconds(t: Take, rpsPerIp: number): number {
   if (t.untilFullUs <= 0) return 0;
@@ -58,8 +61,9 @@ export function createCheckLimiter(deps: CheckLimitDeps): CheckLimiter {
   const { buckets, limits, metrics, logger } = deps;
   const timeoutMs = deps.timeoutMs ?? RATE_LIMIT.timeoutMs;
   const limitHeader: Header = ['x-ratelimit-limit', String(limits.rateBurst)];
-  // Every header value an answer can carry, built once: remaining ∈ [0, RATE_BURST], reset small.
-  const remainingHeaders: Header[] = Array.from({ length: limits.rateBurst + 1 }, (_, n) => ['x-ratelimit-remaining', String(n)]);
+  // The header values answers usually carry, built once: remaining ∈ [0, RATE_BURST] up to
+  // REMAINING_TABLE_MAX (RATE_BURST may be set up to millions; a larger remainder is built per answer).
+  const remainingHeaders: Header[] = Array.from({ length: Math.min(limits.rateBurst, REMAINING_TABLE_MAX) + 1 }, (_, n) => ['x-ratelimit-remaining', String(n)]);
   const resetHeaders: Header[] = [];
   const resetHeader = (s: number): Header => (resetHeaders[s] ??= ['x-ratelimit-reset', String(s)]);
   const headersOf = (t: Take): Header[] => [limitHeader, remainingHeaders[t.remaining] ?? ['x-ratelimit-remaining', String(t.remaining)], resetHeader(resetSeconds(t, limits.rpsPerIp))];
