@@ -108,13 +108,17 @@ const MEMORY_FINDINGS = `Where the memory goes (investigated 2026-11-24 with \`-
   is native memory freed by the process but kept by glibc's allocator (fewer arenas keep less).
 - In a container with a memory limit Node derives V8's limits from the cgroup, so the default sizing there is smaller
   than on this host; the explicit flag makes the bound the same everywhere.
-- **The ≤ 200 MB target: met by the compiled form, not by the \`.ts\` sources** (2026-11-24: 216 MB as shipped then,
-  when the image still ran the \`.ts\` sources; 340 MB with V8's own sizing). The largest lever left then was the ~17 MB
-  of type stripping; since 2026-11-25 the image's build stage compiles the service to JavaScript (tsconfig.build.json,
-  deploy/Dockerfile), and the first configuration above is that JavaScript. \`npm start\` and the tests keep running the
-  sources. The other candidates were measured and rejected: \`--max-semi-space-size=4\` with 2 arenas still left 208 MB on
-  the sources, and a hard \`--max-old-space-size\` near the live heap risks an out-of-memory crash when the caches fill to
-  their bounds.`;
+- **The ≤ 200 MB target is at its bound, not reliably under it.** The compiled form (what the image runs since
+  2026-11-25: tsconfig.build.json, deploy/Dockerfile) saves 17–30 MB against the \`.ts\` sources (\`npm start\`, the
+  tests): 197 MB in a run of commit daf3b8f, 201 MB in the run above (8232746, which takes the global rate-limit bucket
+  inside every Check). On 2026-11-24, with the sources, it was 216 MB. Rejected then: \`--max-semi-space-size=4\` with
+  2 arenas (208 MB on the sources; its CPU cost per Check not yet measured), and a hard \`--max-old-space-size\` near
+  the live heap (an out-of-memory crash when the caches fill to their bounds).
+- **Open: native memory after 10^6 queries in the run above.** The compiled service reached 495 MB RSS with a 105-MB
+  heap and 12 MB external, so ~380 MB of native memory outside V8, while a CI run shared the machine. The same
+  measurement earlier the same day (daf3b8f, quiet machine) grew 55 MB over 10^6 queries, and the \`.ts\` run above
+  grew 35 MB. Not explained yet: glibc keeping freed memory in its 2 arenas (\`MALLOC_ARENA_MAX=2\`) under a different
+  thread interleaving is the first suspect; \`malloc_trim\` or \`MALLOC_TRIM_THRESHOLD_\` runs would tell.`;
 
 const h2load = ensureH2load(log);
 if (h2load === undefined) throw new Error('h2load (Debian nghttp2-client) is required');
