@@ -118,7 +118,10 @@ const MEMORY_FINDINGS = `Where the memory goes (investigated 2026-11-24 with \`-
   heap and 12 MB external, so ~380 MB of native memory outside V8, while a CI run shared the machine. The same
   measurement earlier the same day (daf3b8f, quiet machine) grew 55 MB over 10^6 queries, and the \`.ts\` run above
   grew 35 MB. Not explained yet: glibc keeping freed memory in its 2 arenas (\`MALLOC_ARENA_MAX=2\`) under a different
-  thread interleaving is the first suspect; \`malloc_trim\` or \`MALLOC_TRIM_THRESHOLD_\` runs would tell.`;
+  thread interleaving is the first suspect; \`malloc_trim\` or \`MALLOC_TRIM_THRESHOLD_\` runs would tell.
+- **Next step measured, not shipped: \`--max-semi-space-size=4\`.** Side by side on the compiled service (2026-11-25, one
+  run each, 100,000 markets ingested through Envoy): 191 MB with 4, 202 MB with 8 (shipped). Its CPU per Check is not
+  measured yet; if bench:authz shows none, 4 puts the bound under 200 MB with a margin.`;
 
 const h2load = ensureH2load(log);
 if (h2load === undefined) throw new Error('h2load (Debian nghttp2-client) is required');
