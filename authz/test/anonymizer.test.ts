@@ -18,6 +18,7 @@ import { geoDenial } from '../src/authz/decision.ts';
 import { evaluate, type PipelineDeps } from '../src/authz/pipeline.ts';
 import { createGeoClassifier } from '../src/authz/stages/geo.ts';
 import { fakeMarkets, fixedClock, HMAC_KEY, newFeedKey } from './helpers.ts';
+import fc from 'fast-check';
 import { ANONYMIZER_FLAGS } from '../src/shared/ports.ts';
 import { anonymizerFixtures } from './anonymizer-fixtures.ts';
 import { geoFixtures, scratchDir } from './geo-fixtures.ts';
@@ -232,4 +233,34 @@ describe('anonymizer in the pipeline', () => {
     assert.equal(classify('192.0.2.81').access, 'full', 'hosting provider: not among these flags');
     assert.equal(classify('198.51.100.7').verdict, 'blocked_country');
   });
+});
+
+// ---------------------------------------------------------------------------------------
+// Property: any address, any flag set, any route policy
+// ---------------------------------------------------------------------------------------
+test('property: for any address in or around the fixture ranges, any counted flags and any route actions, the check refuses exactly when the route blocks and the address\'s record (the script\'s own layout, IPv4 or IPv4-mapped) holds a counted flag', () => {
+  const db = open(fx.anonymizer);
+  const layout = Object.entries(fx.layout['anonymizer'] ?? {}).filter(([net]) => !net.includes(':'));
+  /** The record of an IPv4 address by the layout (longest prefix; all fixture networks are disjoint). */
+  const expected = (ip: string): readonly string[] => {
+    const n = ip.split('.').reduce((acc, o) => acc * 256 + Number(o), 0);
+    for (const [net, rec] of layout) {
+      const [base = '', bits = '32'] = net.split('/');
+      const b = base.split('.').reduce((acc, o) => acc * 256 + Number(o), 0);
+      const size = 2 ** (32 - Number(bits));
+      if (n >= b && n < b + size) return trueFlags(rec);
+    }
+    return [];
+  };
+  const action = fc.constantFrom('block' as const, 'allow' as const);
+  fc.assert(fc.property(
+    fc.integer({ min: 0, max: 255 }), fc.boolean(), fc.subarray([...ANONYMIZER_FLAGS], { minLength: 1 }),
+    fc.record({ order: action, ingest: action, read: action }), fc.constantFrom('order' as const, 'ingest' as const, 'read' as const),
+    (last, mapped, counted, actions, route) => {
+      const ip = `192.0.2.${last}`;
+      const check = createAnonymizerCheck({ flagMask: flagBits(counted), actions: { ...actions, geoblock: 'allow' } }, db);
+      const want = actions[route] === 'block' && expected(ip).some((f) => counted.includes(f as (typeof ANONYMIZER_FLAGS)[number]));
+      assert.equal(check(mapped ? `::ffff:${ip}` : ip, route), want, `${ip} ${counted.join(',')} ${route}`);
+    },
+  ), { numRuns: 500 });
 });
