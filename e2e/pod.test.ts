@@ -59,7 +59,7 @@ import { buildServiceImage } from './containers/stack.ts';
 import { SERVICE_IMAGE } from './containers/definitions.ts';
 import { errorCode, ingest, KP_IP, orderBody, request, uniqueId, type Reply } from './lib/client.ts';
 import { ok, run, until, type RunResult } from './lib/compose.ts';
-import { dockerCli, imageFor } from './lib/images.ts';
+import { containerSkip, dockerCli, imageFor } from './lib/images.ts';
 import {
   containerLogs, containerState, copyImage, GatewayRedis, importFile, newPauseImages, PODMAN_BIN, podIp, podmanObjects,
   podmanWith, probePodman, tcpAccepts, type Podman, type PodmanObjects,
@@ -84,7 +84,7 @@ const PUBLIC_IP = '8.8.8.8';
 
 interface Settings { readonly data: Record<string, string> }
 
-describe('pod', { skip: SKIP ?? false }, () => {
+describe('pod', { skip: containerSkip('pod', SKIP) }, () => {
   const runId = `e2e${process.pid.toString(36)}${randomBytes(2).toString('hex')}`;
   const images = { envoy: `localhost/edge-pod-${runId}/envoy:v1.40.0`, service: `localhost/edge-pod-${runId}/edge-trading-proxy:e2e` };
   let dir: string | undefined;

@@ -18,7 +18,7 @@ import { renderEnvoy } from '../../envoy/render.ts';
 import { composeConfig } from '../../deploy/test/tools.ts';
 import { settingsRead } from '../../deploy/test/support.ts';
 import { containerDefinitions, CONTAINER_TRUSTED_CIDRS, DEFAULT_IMAGES, loopbackRequestCommand, parseLoopbackResponse, HOST_ALIAS, PATHS, PORTS, SECRET_FILES, stackEnv, type ContainerStackInput } from './definitions.ts';
-import { dockerEngine } from '../lib/images.ts';
+import { containerSkip, dockerEngine } from '../lib/images.ts';
 
 const input: ContainerStackInput = {
   pkiDir: '/tmp/pki', envoyConfigDir: '/tmp/envoy', secretsDir: '/tmp/secrets', backendPort: 18443, uid: 1234, gid: 1235, geoipDb: '/tmp/geo.mmdb',
@@ -98,7 +98,7 @@ test('containers driver – admin requests run inside a container reach a loopba
 });
 
 const engine = dockerEngine();
-test('containers driver – brings the stack up and answers /healthz through Envoy', { skip: engine.ok ? false : `skipped: ${engine.why}; the same scenarios ran on local processes (e2e/*.test.ts)` }, async () => {
+test('containers driver – brings the stack up and answers /healthz through Envoy', { skip: containerSkip('containers driver', engine.ok ? undefined : `skipped: ${engine.why}; the same scenarios ran on local processes (e2e/*.test.ts)`) }, async () => {
   const { startContainerStack } = await import('./stack.ts');
   const stack = await startContainerStack();
   try {

@@ -9,6 +9,8 @@
  * and a machine that cannot reach a registry runs on the stand-ins without any setting.
  */
 import { spawnSync } from 'node:child_process';
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
 import { existsSync } from 'node:fs';
 
 export interface ImageChoice {
@@ -80,4 +82,18 @@ export function dockerEngine(): Engine {
     return { ok: false, why: `no Docker engine answers (${why.slice(0, 200)}): run bash scripts/container-engine.sh` };
   }
   return { ok: true, why: `Docker engine ${r.stdout.trim()}` };
+}
+
+/**
+ * The skip of a scenario that needs a container engine (or podman): `reason` when it cannot run
+ * here, else false. Where .ci/run found or started an engine it sets EDGE_REQUIRE_CONTAINERS=1;
+ * there a skip would let CI pass without the scenario, so a failing test named after it takes its
+ * place instead.
+ */
+export function containerSkip(name: string, reason: string | undefined): string | false {
+  if (reason === undefined) return false;
+  if (process.env['EDGE_REQUIRE_CONTAINERS'] === '1') {
+    test(`${name} – required here (EDGE_REQUIRE_CONTAINERS=1), but cannot run`, () => assert.fail(reason));
+  }
+  return reason;
 }
