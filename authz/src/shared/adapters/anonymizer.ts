@@ -7,7 +7,7 @@
  * derived once per distinct record. Reloaded on replace like GEOIP_DB (adapters/mmdb-file.ts).
  */
 import { ANONYMIZER_FLAGS, type AnonymizerLookup } from '../ports.ts';
-import { WatchedMmdb, type MmdbEvents } from './mmdb-file.ts';
+import { WatchedMmdb } from './mmdb-file.ts';
 
 /** The bit of each flag in a lookup's answer (bit i = ANONYMIZER_FLAGS[i]). */
 export function flagBits(names: readonly string[]): number {
@@ -27,39 +27,11 @@ export function recordBits(raw: Readonly<Record<string, unknown>>): number {
   return bits;
 }
 
-export class AnonymizerDatabase implements AnonymizerLookup {
-  readonly #file: WatchedMmdb;
-  readonly #derived = new WeakMap<object, number>();
-
-  constructor(path: string, events: MmdbEvents = {}) {
-    this.#file = new WatchedMmdb(path, events);
-  }
+/** The anonymizer database (ANONYMIZER_DB): polled and swapped in on change by WatchedMmdb. */
+export class AnonymizerDatabase extends WatchedMmdb implements AnonymizerLookup {
+  readonly #bits = new WeakMap<object, number>();
 
   flags(ip: string): number {
-    const raw = this.#file.get(ip);
-    if (raw === null || typeof raw !== 'object') return 0;
-    let bits = this.#derived.get(raw);
-    if (bits === undefined) {
-      bits = recordBits(raw as Record<string, unknown>);
-      this.#derived.set(raw, bits);
-    }
-    return bits;
-  }
-
-  /** Unix seconds when the current database was built (its metadata). */
-  get buildEpochSecs(): number {
-    return this.#file.buildEpochSecs;
-  }
-
-  reload(): boolean {
-    return this.#file.reload();
-  }
-
-  watch(intervalMs: number): void {
-    this.#file.watch(intervalMs);
-  }
-
-  close(): void {
-    this.#file.close();
+    return this.derived(ip, this.#bits, recordBits) ?? 0;
   }
 }

@@ -30,41 +30,11 @@ export function toGeoRecord(raw: RawRecord): GeoRecord {
 
 export type GeoDatabaseEvents = MmdbEvents;
 
-export class GeoDatabase implements GeoLookup {
-  readonly #file: WatchedMmdb;
-  readonly #derived = new WeakMap<object, GeoRecord>();
-
-  constructor(path: string, events: GeoDatabaseEvents = {}) {
-    this.#file = new WatchedMmdb(path, events);
-  }
+/** The GeoIP database (GEOIP_DB): polled and swapped in on change by WatchedMmdb. */
+export class GeoDatabase extends WatchedMmdb implements GeoLookup {
+  readonly #records = new WeakMap<object, GeoRecord>();
 
   lookup(ip: string): GeoRecord | null {
-    const raw = this.#file.get(ip) as RawRecord | null;
-    if (raw === null || typeof raw !== 'object') return null;
-    let rec = this.#derived.get(raw);
-    if (rec === undefined) {
-      rec = toGeoRecord(raw);
-      this.#derived.set(raw, rec);
-    }
-    return rec;
-  }
-
-  /** Unix seconds when the current database was built (its metadata), for the age metric. */
-  get buildEpochSecs(): number {
-    return this.#file.buildEpochSecs;
-  }
-
-  /** Tries to load the file now; keeps the current database on failure. Returns success. */
-  reload(): boolean {
-    return this.#file.reload();
-  }
-
-  /** Polls the file every `intervalMs` and reloads it when it changed (WatchedMmdb.watch). */
-  watch(intervalMs: number): void {
-    this.#file.watch(intervalMs);
-  }
-
-  close(): void {
-    this.#file.close();
+    return this.derived(ip, this.#records, (raw) => toGeoRecord(raw as RawRecord)) ?? null;
   }
 }

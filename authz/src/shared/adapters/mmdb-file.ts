@@ -73,6 +73,22 @@ export class WatchedMmdb {
     }
   }
 
+  /**
+   * What `derive` makes of the record at `ip`, computed once per record object (mmdb-lib hands
+   * out the same object for every address that shares a record) and kept in `cache`;
+   * undefined when there is no record.
+   */
+  protected derived<T>(ip: string, cache: WeakMap<object, T>, derive: (raw: Record<string, unknown>) => T): T | undefined {
+    const raw = this.get(ip);
+    if (raw === null || typeof raw !== 'object') return undefined;
+    let v = cache.get(raw);
+    if (v === undefined) {
+      v = derive(raw as Record<string, unknown>);
+      cache.set(raw, v);
+    }
+    return v;
+  }
+
   /** Unix seconds when the current database was built (its metadata). */
   get buildEpochSecs(): number {
     const epoch = this.#reader.metadata.buildEpoch as unknown;
