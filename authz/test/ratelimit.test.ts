@@ -23,7 +23,7 @@ import { ALLOW } from '../src/authz/decision.ts';
 import { createRedis } from '../src/shared/adapters/redis.ts';
 import { createLogger } from '../src/shared/log.ts';
 import { createMetrics, type AuthzMetrics } from '../src/shared/metrics.ts';
-import { clientOf, descriptorClient, RATE_LIMIT_KEY_PREFIX, RedisBuckets, type Buckets } from '../src/ratelimit/bucket.ts';
+import { clientOf, descriptorClient, RATE_LIMIT_KEY_PREFIX, RedisBuckets, TAKE_MANY_MAX_KEYS, type Buckets, type Take } from '../src/ratelimit/bucket.ts';
 import { CODE, decodeRateLimitRequest, encodeRateLimitResponse } from '../src/ratelimit/codec.ts';
 import { createRateLimitHandler, rateLimitService } from '../src/ratelimit/service.ts';
 import { PrivateRedis } from './redis-server.ts';
@@ -134,6 +134,60 @@ describe('ratelimit – the Lua token bucket on Redis', () => {
     assert.match(tat ?? '', /^[0-9]{16}$/, `TAT in µs, all digits: ${tat}`);
     await sleep(80);
     assert.equal(await client.exists(`${RATE_LIMIT_KEY_PREFIX}192.0.2.9`), 0);
+  });
+
+  test('one-token requests of one event-loop turn go to Redis as one batch and get exactly what one call each would have given, in arrival order', async () => {
+    const b = new RedisBuckets(client, { rpsPerIp: 10, rateBurst: 5 });
+    const one = new RedisBuckets(client, { rpsPerIp: 10, rateBurst: 5 });
+    // One by one (each awaited: seven calls), against the same seven sent in one turn.
+    const sequential: Take[] = [];
+    for (let i = 0; i < 7; i++) sequential.push(await one.take('192.0.2.50', 1));
+    assert.equal(one.batches, 7);
+    const before = b.batches;
+    const [a, c, big] = await Promise.all([
+      Promise.all(Array.from({ length: 7 }, () => b.take('192.0.2.51', 1))),
+      Promise.all(Array.from({ length: 3 }, () => b.take('192.0.2.52', 1))),
+      b.take('192.0.2.53', 2),
+    ]);
+    assert.equal(b.batches - before, 1, 'two clients\' ten one-token requests: one script call (the two-token one goes alone)');
+    assert.deepEqual(a.map((t) => t.allowed), sequential.map((t) => t.allowed));
+    assert.deepEqual(a.map((t) => t.remaining), sequential.map((t) => t.remaining));
+    assert.deepEqual(a.map((t) => t.remaining), [4, 3, 2, 1, 0, 0, 0]);
+    for (const [i, t] of a.entries()) {
+      assert.ok(Math.abs(t.untilFullUs - sequential[i]!.untilFullUs) < 50_000, `request ${i}: ${t.untilFullUs} µs to full, one by one ${sequential[i]!.untilFullUs}`);
+    }
+    assert.ok(a[6]!.untilFullUs > 450_000 && a[6]!.untilFullUs <= 500_000, `refused after the burst: full again in ${a[6]!.untilFullUs} µs`);
+    assert.deepEqual(c.map((t) => [t.allowed, t.remaining]), [[true, 4], [true, 3], [true, 2]]);
+    assert.deepEqual([big.allowed, big.remaining], [true, 3]);
+    // The refusals took nothing: after 0.25 s two tokens are back, no more.
+    await sleep(250);
+    const later = await Promise.all(Array.from({ length: 3 }, () => b.take('192.0.2.51', 1)));
+    assert.deepEqual(later.map((t) => t.allowed), [true, true, false]);
+    const tat = await client.get(`${RATE_LIMIT_KEY_PREFIX}192.0.2.51`);
+    assert.match(tat ?? '', /^[0-9]{16}$/, `the batch writes the TAT as the single script does: ${tat}`);
+  });
+
+  test('a turn with more distinct clients than one call carries is split, each client still answered', async () => {
+    const b = new RedisBuckets(client, { rpsPerIp: 1, rateBurst: 1 });
+    const n = TAKE_MANY_MAX_KEYS + 10;
+    const takes = await Promise.all(Array.from({ length: n }, (_, i) => b.take(`198.51.${i >> 8}.${i & 255}`, 1)));
+    assert.equal(b.batches, 2);
+    assert.equal(b.batched, n);
+    assert.ok(takes.every((t) => t.allowed && t.remaining === 0));
+    const again = await Promise.all([b.take('198.51.0.0', 1), b.take('198.51.1.9', 1)]);
+    assert.deepEqual(again.map((t) => t.allowed), [false, false]);
+  });
+
+  test('Redis refusing the batch rejects every request in it (the caller fails open)', async () => {
+    const broken = createRedis('redis://127.0.0.1:1', { maxRetriesPerRequest: 0 });
+    broken.on('error', () => {});
+    try {
+      const b = new RedisBuckets(broken, { rpsPerIp: 10, rateBurst: 5 });
+      const outcomes = await Promise.allSettled([b.take('192.0.2.60', 1), b.take('192.0.2.60', 1), b.take('192.0.2.61', 1)]);
+      assert.deepEqual(outcomes.map((o) => o.status), ['rejected', 'rejected', 'rejected']);
+    } finally {
+      broken.disconnect();
+    }
   });
 
   test('buckets are neither in the append-only file nor replicated (REPL_NONE)', async () => {
