@@ -73,7 +73,7 @@ export async function createApp(config: Config, logger: Logger, hooks: { onSeale
       'nonces and markets are not shared between processes and are lost on restart.');
   }
   // The global rate limit's buckets: the script is defined before the client's first command.
-  const buckets = redis !== undefined ? new RedisBuckets(redis, config) : undefined;
+  const buckets = redis !== undefined ? new RedisBuckets(redis, config, metrics.rateLimitRedisCall) : undefined;
   // REDIS_MIN_REPLICAS ≥ 1: nonces and market records are written on a connection of their own
   // and count only once that many replicas confirmed them (docs/operations.md "Redis").
   let replicas: ReplicaWait | undefined;

@@ -167,6 +167,34 @@ describe('ratelimit – the Lua token bucket on Redis', () => {
     assert.match(tat ?? '', /^[0-9]{16}$/, `the batch writes the TAT as the single script does: ${tat}`);
   });
 
+  test('requests arriving while a batch is at Redis wait and go together as the next batch when it returns', async () => {
+    const calls: number[] = [];
+    const b = new RedisBuckets(client, { rpsPerIp: 10, rateBurst: 100 }, () => calls.push(Date.now()));
+    const admin = createRedis(redis.url);
+    try {
+      await new Promise((r) => admin.once('ready', r));
+      await admin.call('CLIENT', 'PAUSE', '150', 'ALL');
+      const first = b.take('192.0.2.70', 1);
+      await new Promise((r) => setImmediate(r));
+      assert.equal(b.batches, 1, 'the first request went at the end of its turn');
+      // Five more, each in a turn of its own, while the first batch waits on the paused server.
+      const more: Promise<Take>[] = [];
+      for (let i = 0; i < 5; i++) {
+        more.push(b.take(i % 2 === 0 ? '192.0.2.70' : '192.0.2.71', 1));
+        await new Promise((r) => setImmediate(r));
+      }
+      assert.equal(b.batches, 1, 'nothing more is sent while a batch is at Redis');
+      const all = await Promise.all([first, ...more]);
+      assert.equal(b.batches, 2, 'the five went as one batch when the first returned');
+      assert.equal(b.batched, 6);
+      assert.equal(calls.length, 2, 'onCall is told of each script call');
+      // Per client in arrival order: .70 had the first (99 left), then .70 .71 .70 .71 .70.
+      assert.deepEqual(all.map((t) => t.remaining), [99, 98, 99, 97, 98, 96]);
+    } finally {
+      admin.disconnect();
+    }
+  });
+
   test('a turn with more distinct clients than one call carries is split, each client still answered', async () => {
     const b = new RedisBuckets(client, { rpsPerIp: 1, rateBurst: 1 });
     const n = TAKE_MANY_MAX_KEYS + 10;

@@ -208,6 +208,16 @@ export async function failedOpenChecks(edge: Edge): Promise<string[]> {
   return text.split('\n').filter((l) => /^edge_ratelimit_(redis_errors|late)_total /.test(l) && !/ 0$/.test(l));
 }
 
+/** The TS process's global-limit takes so far and the Redis script calls that answered them. */
+export async function bucketCalls(edge: Edge): Promise<{ takes: number; calls: number }> {
+  const text = await (await fetch(`http://127.0.0.1:${edge.authzAdminPort}/metrics`)).text();
+  const value = (re: RegExp): number => [...text.matchAll(re)].reduce((a, m) => a + Number(m[1]), 0);
+  return {
+    takes: value(/^edge_ratelimit_decisions_total\{code="(?:ok|over_limit)"\} (\S+)$/gm),
+    calls: value(/^edge_ratelimit_redis_calls_total (\S+)$/gm),
+  };
+}
+
 /** Envoy's non-zero error counters (anything but a 2xx, by its own stats), as `name: value` lines. */
 export async function envoyErrors(s: Stack): Promise<string[]> {
   // ratelimit.failure_mode_allowed: a request the global limit let through unasked (the service

@@ -53,7 +53,7 @@ return {1, math.floor((capacity - (after - now)) / interval), math.floor(after -
 
 /**
  * The same bucket for many one-token requests at once (RedisBuckets.take with hits = 1: the
- * requests that arrived in one turn of the event loop, batched): KEYS the distinct clients'
+ * requests that arrived while the previous batch was at Redis): KEYS the distinct clients'
  * buckets; ARGV[1] the emission interval, ARGV[2] the burst, ARGV[2 + i] how many one-token
  * requests KEYS[i] has in the batch, in arrival order.
  * Returns, per key, {tokens granted, µs from now to the key's TAT before the batch}.
@@ -130,12 +130,19 @@ export class RedisBuckets implements Buckets {
   /** One-token requests waiting for the next batch, per client, in arrival order. */
   #pending = new Map<string, Waiter[]>();
   #scheduled = false;
-  /** Script calls made and one-token requests they answered (the batching's effect; bench:edge reports it). */
+  /** Batches sent and not yet answered (a split batch is several calls). */
+  #inFlight = 0;
+  readonly #onCall: () => void;
+  /** Batches sent and the one-token requests they carried (tests read them; the metric counts calls). */
   batches = 0;
   batched = 0;
 
-  /** Defines the scripts on `redis`: call before the client sends its first command (auto-pipelining). */
-  constructor(redis: Redis, limits: BucketLimits) {
+  /**
+   * Defines the scripts on `redis`: call before the client sends its first command (auto-pipelining).
+   * `onCall` is told of every script call (the edge_ratelimit_redis_calls_total metric).
+   */
+  constructor(redis: Redis, limits: BucketLimits, onCall: () => void = () => {}) {
+    this.#onCall = onCall;
     redis.defineCommand('edgeRateLimitTake', { numberOfKeys: 1, lua: TAKE_SCRIPT });
     redis.defineCommand('edgeRateLimitTakeMany', { lua: TAKE_MANY_SCRIPT });
     this.#cmd = redis as unknown as TakeCommand;
@@ -147,21 +154,29 @@ export class RedisBuckets implements Buckets {
 
   /**
    * One request's `hits` tokens. A one-token request (every Check, and Envoy's ratelimit filter
-   * without hits_addend) waits for the end of the current event-loop turn and goes to Redis in one
-   * TAKE_MANY_SCRIPT call with every other one-token request of that turn: the same grants as one
-   * call each, one round trip. More tokens at once (all or nothing) take the single script.
+   * without hits_addend) joins the next batch: the one-token requests that arrive while a batch
+   * is at Redis go together, in one TAKE_MANY_SCRIPT call, when it returns (at the end of the
+   * current event-loop turn when none is). The same grants as one call each; one round trip per
+   * batch, and a batch grows with the load instead of each request waiting its turn on the
+   * connection. More tokens at once (all or nothing) take the single script.
    */
   take(client: string, hits: number): Promise<Take> {
-    if (hits !== 1) return this.#takeSingle(client, hits);
+    if (hits !== 1) {
+      this.#onCall();
+      return this.#takeSingle(client, hits);
+    }
     return new Promise<Take>((resolve, reject) => {
       const waiting = this.#pending.get(client);
       if (waiting === undefined) this.#pending.set(client, [{ resolve, reject }]);
       else waiting.push({ resolve, reject });
-      if (!this.#scheduled) {
-        this.#scheduled = true;
-        setImmediate(this.#flush);
-      }
+      this.#schedule();
     });
+  }
+
+  #schedule(): void {
+    if (this.#scheduled || this.#inFlight > 0 || this.#pending.size === 0) return;
+    this.#scheduled = true;
+    setImmediate(this.#flush);
   }
 
   async #takeSingle(client: string, hits: number): Promise<Take> {
@@ -194,9 +209,15 @@ export class RedisBuckets implements Buckets {
     for (const w of waiters) args.push(w.length);
     this.batches++;
     for (const w of waiters) this.batched += w.length;
+    this.#onCall();
+    this.#inFlight++;
     this.#cmd.edgeRateLimitTakeMany(...args).then((out) => {
+      this.#inFlight--;
+      this.#schedule();
       for (let i = 0; i < waiters.length; i++) this.#answer(waiters[i]!, out[2 * i]!, out[2 * i + 1]!);
     }, (err: unknown) => {
+      this.#inFlight--;
+      this.#schedule();
       for (const w of waiters) for (const x of w) x.reject(err);
     });
   }

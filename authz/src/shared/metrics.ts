@@ -82,6 +82,8 @@ export interface AuthzMetrics {
   rateLimitRedisError(): void;
   /** A rate limit answer ready after Envoy's deadline (Envoy had already failed open). */
   rateLimitLate(): void;
+  /** One bucket script call to Redis (a batch of one-token takes, or one take of several tokens). */
+  rateLimitRedisCall(): void;
 }
 
 export function createMetrics(opts: { geoipBuildEpochSecs: () => number; defaultMetrics?: boolean }): AuthzMetrics {
@@ -160,6 +162,11 @@ export function createMetrics(opts: { geoipBuildEpochSecs: () => number; default
     help: "Global rate limit answers ready after Envoy's deadline (Envoy had already let the request through on its local limit)",
     registers: [registry],
   });
+  const rateLimitRedisCalls = new Counter({
+    name: 'edge_ratelimit_redis_calls_total',
+    help: 'Global rate limit script calls to Redis; one call takes the buckets of every request that waited for it (decisions / calls = requests per round trip)',
+    registers: [registry],
+  });
   const sealed = new Gauge({ name: 'edge_authz_sealed', help: '1 once the service is sealed', registers: [registry] });
   sealed.set(0);
   zeroSeries(decisions, Object.entries(DECISION_CODES).flatMap(([route, codes]) => codes.map((c) => [route, c === 'ok' ? 'allow' : 'deny', c])));
@@ -211,5 +218,6 @@ export function createMetrics(opts: { geoipBuildEpochSecs: () => number; default
     rateLimit: (code) => rateLimitChildren[code].inc(),
     rateLimitRedisError: () => rateLimitRedisErrors.inc(),
     rateLimitLate: () => rateLimitLate.inc(),
+    rateLimitRedisCall: () => rateLimitRedisCalls.inc(),
   };
 }
