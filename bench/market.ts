@@ -52,6 +52,7 @@ if (!['both', 'only', 'skip'].includes(MEMORY)) throw new Error(`BENCH_MEMORY: e
 const MEMORY_CONFIGS: readonly { readonly name: string; readonly env: Record<string, string>; readonly js: boolean }[] = [
   { name: 'as shipped: compiled JavaScript (deploy/Dockerfile), runtime settings (authz/src/shared/runtime-env.ts)', env: {}, js: true },
   { name: 'the .ts sources (npm start, e2e), same runtime settings', env: {}, js: false },
+  { name: 'compiled JavaScript, --max-semi-space-size=8 (shipped until 2026-11-25)', env: { NODE_OPTIONS: '--max-semi-space-size=8' }, js: true },
   { name: 'compiled JavaScript, V8/glibc sizing (semi-space 64 MiB, 16 arenas)', env: { NODE_OPTIONS: '--max-semi-space-size=64', MALLOC_ARENA_MAX: '16' }, js: true },
 ];
 
@@ -75,9 +76,9 @@ The real TS process (the default GeoIP database, \`REDIS_URL\` on a private redi
 (e2e/lib/stack.ts). ${markets.toLocaleString('en')} signed markets ingested through Envoy (48 at a time: header phase, body Check, market service),
 then ${idleSecs} s idle, then distinct \`GET /v1/markets?conditionId=<known>,<unknown-i>\` straight to the market port (32 at a time), the page-cache attack of issue 20.
 RSS from \`/proc/<pid>/status\`; heap and external memory from the process's own \`/metrics\` (heap used includes garbage not yet collected).
-Three configurations, one after the other in the same run: the service as shipped (the JavaScript the image's build stage compiles,
+Four configurations, one after the other in the same run: the service as shipped (the JavaScript the image's build stage compiles,
 tsconfig.build.json, with its runtime settings), the same service run from its \`.ts\` sources (as \`npm start\` and the e2e suite run it),
-and the compiled service with V8's and glibc's own sizing.
+the compiled service with the young generation it had until 2026-11-25, and with V8's and glibc's own sizing.
 
 | Target (as shipped) | measured | met |
 | --- | ---: | --- |
@@ -103,25 +104,26 @@ const MEMORY_FINDINGS = `Where the memory goes (investigated 2026-11-24 with \`-
   binary's mapped pages, ~58 MB shared and clean) and V8's reserved but unused heap.
 - **After a burst, V8's young generation is what stays.** With its own sizing on this 24 GiB host V8 grew each
   semi-space to 64 MiB (128 MiB of new space for a ~40 MB live heap) and never shrank it: the "heap at ~190 MB" of the
-  attack report. \`--max-semi-space-size=8\` caps that at 16 MiB; bench:authz showed the same CPU per Check with it and
-  without (side by side, 4 rounds: geo GET 43–45 µs, order 53–55 µs, signed ingest 168–185 µs). The rest of the growth
-  is native memory freed by the process but kept by glibc's allocator (fewer arenas keep less).
+  attack report. \`--max-semi-space-size=8\` capped that at 16 MiB (bench:authz showed the same CPU per Check with it
+  and without, 2026-11-24: geo GET 43–45 µs, order 53–55 µs, signed ingest 168–185 µs).
+- **4 MiB since 2026-11-25: the bound with a margin.** With 8 the compiled service sat at the bound: 197, 201 and
+  202 MB with 100,000 markets stored in three runs. Side by side on a quiet machine the same day (one run each):
+  193 MB with 4 against 202 MB with 8 (the day before: 191 against 202). CPU per Check, bench:authz in four
+  alternating runs (8, 4, 4, 8; 2 rounds each; medians of the 4 samples): geo GET 38.1 µs with 4 against 38.2 with 8,
+  order 42.2 against 42.7, signed ingest 138 against 128 µs with spreads that overlap (117–145 against 119–139). The
+  ingest allocates the most per Check, so a smaller young generation would cost there first; the feed's rate is far
+  below saturation. Rejected: a hard \`--max-old-space-size\` near the live heap (an out-of-memory crash when the
+  caches fill to their bounds).
 - In a container with a memory limit Node derives V8's limits from the cgroup, so the default sizing there is smaller
   than on this host; the explicit flag makes the bound the same everywhere.
-- **The ≤ 200 MB target is at its bound, not reliably under it.** The compiled form (what the image runs since
-  2026-11-25: tsconfig.build.json, deploy/Dockerfile) saves 17–30 MB against the \`.ts\` sources (\`npm start\`, the
-  tests): 197 MB in a run of commit daf3b8f, 201 MB in the run above (8232746, which takes the global rate-limit bucket
-  inside every Check). On 2026-11-24, with the sources, it was 216 MB. Rejected then: \`--max-semi-space-size=4\` with
-  2 arenas (208 MB on the sources; its CPU cost per Check not yet measured), and a hard \`--max-old-space-size\` near
-  the live heap (an out-of-memory crash when the caches fill to their bounds).
-- **Open: native memory after 10^6 queries in the run above.** The compiled service reached 495 MB RSS with a 105-MB
-  heap and 12 MB external, so ~380 MB of native memory outside V8, while a CI run shared the machine. The same
-  measurement earlier the same day (daf3b8f, quiet machine) grew 55 MB over 10^6 queries, and the \`.ts\` run above
-  grew 35 MB. Not explained yet: glibc keeping freed memory in its 2 arenas (\`MALLOC_ARENA_MAX=2\`) under a different
-  thread interleaving is the first suspect; \`malloc_trim\` or \`MALLOC_TRIM_THRESHOLD_\` runs would tell.
-- **Next step measured, not shipped: \`--max-semi-space-size=4\`.** Side by side on the compiled service (2026-11-25, one
-  run each, 100,000 markets ingested through Envoy): 191 MB with 4, 202 MB with 8 (shipped). Its CPU per Check is not
-  measured yet; if bench:authz shows none, 4 puts the bound under 200 MB with a margin.`;
+- **What stays after the burst is V8's old space, not the allocator.** After the 100,000 ingests the heap's total is
+  84–90 MB for a heap used of 30–50 MB (garbage V8 has not given back). Allocator variants, side by side on the
+  compiled service (2026-11-25, quiet machine, 100,000 markets): glibc with fixed thresholds
+  (\`MALLOC_MMAP_THRESHOLD_=65536 MALLOC_TRIM_THRESHOLD_=131072\`, so freed memory goes back to the kernel) 208 MB, and
+  then +46 MB over 10^6 queries; jemalloc (\`LD_PRELOAD\`) 204 MB; glibc as shipped 202 MB and +49 MB. None is
+  adopted. Over 10^6 distinct queries the service grew 48–49 MB with 4 and with 8, the caches at their bounds.
+  One earlier run (2026-11-25, while a CI run shared the machine) reached 495 MB after 10^6 queries with a 105-MB heap;
+  it did not recur on a quiet machine and is not explained.`;
 
 const h2load = ensureH2load(log);
 if (h2load === undefined) throw new Error('h2load (Debian nghttp2-client) is required');
