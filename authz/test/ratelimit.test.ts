@@ -195,6 +195,43 @@ describe('ratelimit – the Lua token bucket on Redis', () => {
     }
   });
 
+  test('under load (the previous call carried BATCH.busy or more) the next call waits for BATCH.full requests or BATCH.lingerMs; after a small call nothing waits', async () => {
+    const policy = { busy: 4, full: 8, lingerMs: 300 };
+    const b = new RedisBuckets(client, { rpsPerIp: 100, rateBurst: 1000 }, () => {}, policy);
+    const turn = (): Promise<unknown> => new Promise((r) => setImmediate(r));
+    // A small call: the next request goes at the end of its turn.
+    await b.take('192.0.2.80', 1);
+    let t0 = performance.now();
+    await b.take('192.0.2.80', 1);
+    assert.ok(performance.now() - t0 < 150, `after a call of one, no wait: ${performance.now() - t0} ms`);
+    // A busy call (5 ≥ busy): the next one lingers.
+    await Promise.all(Array.from({ length: 5 }, () => b.take('192.0.2.80', 1)));
+    const calls = b.batches;
+    t0 = performance.now();
+    const lone = b.take('192.0.2.81', 1);
+    await turn();
+    await turn();
+    assert.equal(b.batches, calls, 'held while fewer than `full` wait');
+    await lone;
+    const waited = performance.now() - t0;
+    assert.ok(waited >= 250, `sent when the linger ran out: ${waited} ms after`);
+    assert.equal(b.batches, calls + 1);
+    // That call carried one request: the next goes at once again. Make it busy, then fill a call.
+    await Promise.all(Array.from({ length: 5 }, () => b.take('192.0.2.80', 1)));
+    const before = b.batches;
+    t0 = performance.now();
+    const filling: Promise<Take>[] = [];
+    for (let i = 0; i < policy.full; i++) {
+      filling.push(b.take(`192.0.2.${90 + (i % 3)}`, 1));
+      await turn();
+      if (i < policy.full - 1) assert.equal(b.batches, before, `held at ${i + 1} waiting`);
+    }
+    const got = await Promise.all(filling);
+    assert.equal(b.batches, before + 1, 'sent as the call filled, in one');
+    assert.ok(performance.now() - t0 < 250, `without waiting for the linger: ${performance.now() - t0} ms`);
+    assert.ok(got.every((t) => t.allowed));
+  });
+
   test('a turn with more distinct clients than one call carries is split, each client still answered', async () => {
     const b = new RedisBuckets(client, { rpsPerIp: 1, rateBurst: 1 });
     const n = TAKE_MANY_MAX_KEYS + 10;
