@@ -107,8 +107,8 @@ const MEMORY_FINDINGS = `Where the memory goes (investigated 2026-11-24 with \`-
   attack report. \`--max-semi-space-size=8\` capped that at 16 MiB (bench:authz showed the same CPU per Check with it
   and without, 2026-11-24: geo GET 43–45 µs, order 53–55 µs, signed ingest 168–185 µs).
 - **4 MiB since 2026-11-25: the bound with a margin.** With 8 the compiled service sat at the bound: 197, 201 and
-  202 MB with 100,000 markets stored in three runs. Side by side on a quiet machine the same day (one run each):
-  193 MB with 4 against 202 MB with 8 (the day before: 191 against 202). CPU per Check, bench:authz in four
+  202 MB with 100,000 markets stored in three runs. The table above measures 4 (as shipped) and 8 side by side in
+  every run; before it, 193 MB with 4 against 202 MB with 8 (one run each), and the day before 191 against 202. CPU per Check, bench:authz in four
   alternating runs (8, 4, 4, 8; 2 rounds each; medians of the 4 samples): geo GET 38.1 µs with 4 against 38.2 with 8,
   order 42.2 against 42.7, signed ingest 138 against 128 µs with spreads that overlap (117–145 against 119–139). The
   ingest allocates the most per Check, so a smaller young generation would cost there first; the feed's rate is far
