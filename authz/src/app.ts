@@ -2,6 +2,7 @@
  * Composition root: builds every adapter from the config and wires the authz core, the
  * market service and the seal. Used by process.ts (and by the e2e suite via `npm run authz`).
  */
+import { listenAs } from './shared/listen-error.ts';
 import type { Redis } from 'ioredis';
 import { GeoDatabase } from './shared/adapters/geoip.ts';
 import { AnonymizerDatabase } from './shared/adapters/anonymizer.ts';
@@ -125,8 +126,8 @@ export async function createApp(config: Config, logger: Logger, hooks: { onSeale
   return {
     metrics,
     async start() {
-      const grpcPort = await core.grpc.listen(config.bindAddress, config.authzGrpcPort);
-      const marketPort = await market.listen();
+      const grpcPort = await listenAs('AUTHZ_GRPC_PORT', config.bindAddress, config.authzGrpcPort, () => core.grpc.listen(config.bindAddress, config.authzGrpcPort));
+      const marketPort = await listenAs('MARKET_PORT', config.marketBindAddress, config.marketPort, () => market.listen());
       core.grpc.setServing(true);
       logger.info({ grpcPort, marketPort, adminPort: config.authzAdminPort, redis: redis !== undefined }, 'edge authz ready');
     },

@@ -25,8 +25,13 @@ if (config.workers > 1 && cluster.isPrimary) {
   // Validate the credentials before forking (fail fast, naming the variable), then drop them.
   loadCredentials({ ...process.env }).zeroize();
   runPrimary(config, logger);
-} else if (cluster.isWorker) {
-  await runWorker(config, logger);
 } else {
-  await runSingle(config, logger);
+  // A port that cannot be listened on (shared/listen-error.ts) or anything else that stops
+  // start-up: one fatal line saying why, exit status 1 (a worker's makes the primary stop too).
+  try {
+    await (cluster.isWorker ? runWorker(config, logger) : runSingle(config, logger));
+  } catch (err) {
+    logger.fatal({ err: err instanceof Error ? err.message : String(err) }, 'start-up failed');
+    process.exit(1);
+  }
 }

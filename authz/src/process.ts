@@ -3,10 +3,12 @@
  */
 import cluster, { type Worker } from 'node:cluster';
 import { availableParallelism } from 'node:os';
+import type { Server } from 'node:http';
 import { AggregatorRegistry } from 'prom-client';
 import { createAdminServer } from './admin.ts';
 import { createApp, type App } from './app.ts';
 import type { Config } from './shared/config.ts';
+import { listenAs } from './shared/listen-error.ts';
 import type { Logger } from './shared/log.ts';
 
 /**
@@ -28,6 +30,17 @@ function exitWhenDrained(app: App, graceMs: number): void {
   timer.unref();
 }
 
+/** The admin port (metrics, seal), its failure named by AUTHZ_ADMIN_PORT. */
+function listenAdmin(admin: Server, config: Config): Promise<void> {
+  return listenAs('AUTHZ_ADMIN_PORT', config.adminBindAddress, config.authzAdminPort, () => new Promise<void>((resolve, reject) => {
+    admin.once('error', reject);
+    admin.listen(config.authzAdminPort, config.adminBindAddress, () => {
+      admin.off('error', reject);
+      resolve();
+    });
+  }));
+}
+
 function onSignals(seal: (reason: string) => void): void {
   for (const sig of ['SIGTERM', 'SIGINT'] as const) process.on(sig, () => seal(sig));
 }
@@ -39,8 +52,13 @@ async function startApp(config: Config, logger: Logger, withAdmin: boolean): Pro
   await app.start();
   if (withAdmin) {
     const admin = createAdminServer({ registry: app.metrics.registry, seal: (r) => app.seal(r) });
-    admin.listen(config.authzAdminPort, config.adminBindAddress);
     app.onStop(() => new Promise<void>((resolve) => admin.close(() => resolve())));
+    try {
+      await listenAdmin(admin, config);
+    } catch (err) {
+      await app.stop();
+      throw err;
+    }
   }
   return app;
 }
@@ -59,6 +77,7 @@ export async function runWorker(config: Config, logger: Logger): Promise<void> {
   new AggregatorRegistry();
   const app = await startApp(config, logger.child({ worker: cluster.worker?.id }), false);
   AggregatorRegistry.setRegistries([app.metrics.registry]);
+  process.send?.('edge:ready');
   process.on('message', (msg: unknown) => {
     if (msg === 'edge:seal') app.seal('primary');
   });
@@ -74,8 +93,19 @@ export function runPrimary(config: Config, logger: Logger): void {
   const fork = (): void => {
     const w = cluster.fork();
     workers.add(w);
+    let ready = false;
+    w.on('message', (msg: unknown) => {
+      if (msg === 'edge:ready') ready = true;
+    });
     w.on('exit', (code, signal) => {
       workers.delete(w);
+      if (!ready && !sealed) {
+        // It never started (its own fatal line says why): starting it again would fail the same
+        // way, in a loop. The process stops instead, so its supervisor sees the failure.
+        logger.fatal({ worker: w.id, code, signal }, 'start-up failed: a worker could not start');
+        for (const other of workers) other.kill();
+        process.exit(1);
+      }
       if (!sealed) {
         logger.error({ worker: w.id, code, signal }, 'worker exited; starting a new one');
         fork();
@@ -98,7 +128,11 @@ export function runPrimary(config: Config, logger: Logger): void {
     setTimeout(() => process.exit(0), config.shutdownGraceMs + 2000).unref();
   };
   const admin = createAdminServer({ registry: aggregated as never, seal });
-  admin.listen(config.authzAdminPort, config.adminBindAddress);
+  listenAdmin(admin, config).catch((err: unknown) => {
+    logger.fatal({ err: err instanceof Error ? err.message : String(err) }, 'start-up failed');
+    for (const w of workers) w.kill();
+    process.exit(1);
+  });
   onSignals(seal);
   logger.info({ workers: n }, 'cluster primary started');
 }

@@ -116,3 +116,57 @@ test('process – after the seal it keeps answering sealed while requests arrive
     child.kill('SIGKILL');
   }
 });
+
+/** Starts main.ts with one of its ports already taken; resolves with its exit code and output. */
+async function startWithPortTaken(setting: 'AUTHZ_GRPC_PORT' | 'MARKET_PORT' | 'AUTHZ_ADMIN_PORT', workers: number, redisUrl = ''): Promise<{ code: number | null; out: string; port: number }> {
+  const { createServer } = await import('node:net');
+  const ports = { AUTHZ_GRPC_PORT: await freePort(), MARKET_PORT: await freePort(), AUTHZ_ADMIN_PORT: await freePort() };
+  const squatter = createServer();
+  await new Promise<void>((resolve) => squatter.listen(ports[setting], '127.0.0.1', resolve));
+  try {
+    const child = spawn(`${ROOT}scripts/node`, [`${ROOT}authz/src/main.ts`], {
+      env: {
+        ...process.env, REDIS_URL: redisUrl, AUTHZ_WORKERS: String(workers), LOG_LEVEL: 'warn',
+        EDGE_INGEST_HMAC: `hex:${randomBytes(32).toString('hex')}`, EDGE_FEED_ED25519_PUBLIC_KEY: newFeedKey().publicHex,
+        AUTHZ_GRPC_PORT: String(ports.AUTHZ_GRPC_PORT), MARKET_PORT: String(ports.MARKET_PORT), AUTHZ_ADMIN_PORT: String(ports.AUTHZ_ADMIN_PORT),
+      },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    let out = '';
+    child.stdout.on('data', (d: Buffer) => { out += d.toString(); });
+    child.stderr.on('data', (d: Buffer) => { out += d.toString(); });
+    const code = await Promise.race([
+      new Promise<number | null>((resolve) => child.once('exit', (c) => resolve(c))),
+      sleep(20_000).then(() => { child.kill('SIGKILL'); return -1; }),
+    ]);
+    return { code, out, port: ports[setting] };
+  } finally {
+    squatter.close();
+  }
+}
+
+for (const setting of ['AUTHZ_GRPC_PORT', 'MARKET_PORT', 'AUTHZ_ADMIN_PORT'] as const) {
+  test(`process – ${setting} already in use: exits 1 with one fatal line naming the setting and the address, no stack trace`, async () => {
+    const { code, out, port } = await startWithPortTaken(setting, 1);
+    assert.equal(code, 1, out);
+    const fatal = out.split('\n').filter((l) => l.includes('"start-up failed"'));
+    assert.equal(fatal.length, 1, out);
+    const line = JSON.parse(fatal[0]!) as { level: number; err: string };
+    assert.equal(line.level, 60);
+    assert.equal(line.err, `${setting}: cannot listen on 127.0.0.1:${port}: the address is already in use (another process listens there; choose another port or stop it)`);
+    assert.doesNotMatch(out, /^\s+at /m, 'no stack trace');
+  });
+}
+
+test('process – AUTHZ_WORKERS=2 with the market port in use: the primary stops with status 1 instead of restarting workers that cannot start', async () => {
+  const redis = await PrivateRedis.start();
+  try {
+    const { code, out } = await startWithPortTaken('MARKET_PORT', 2, redis.url);
+    assert.equal(code, 1, out);
+    assert.match(out, /a worker could not start/);
+    assert.match(out, /MARKET_PORT: cannot listen/);
+    assert.doesNotMatch(out, /starting a new one/);
+  } finally {
+    await redis.stop();
+  }
+});
