@@ -90,21 +90,32 @@ export function runPrimary(config: Config, logger: Logger): void {
   const n = Math.min(config.workers, Math.max(1, availableParallelism() * 2));
   const workers = new Set<Worker>();
   let sealed = false;
+  // Stops the process: every worker is killed outright (a started worker ignores SIGTERM and
+  // waits for the seal; Worker.kill() would only disconnect it once this process is gone).
+  const fail = (): never => {
+    for (const w of workers) w.process.kill('SIGKILL');
+    process.exit(1);
+  };
+  // Until every first worker has started, a worker that exits before it is ready means the
+  // service cannot start (a port in use, a bad file): forking it again would fail the same way, in
+  // a loop, so the process stops for its supervisor to see. Later a replacement that fails is
+  // forked again, as any worker that exits is (the others keep serving).
+  let starting = n;
   const fork = (): void => {
     const w = cluster.fork();
     workers.add(w);
+    const first = starting > 0;
     let ready = false;
     w.on('message', (msg: unknown) => {
-      if (msg === 'edge:ready') ready = true;
+      if (msg !== 'edge:ready' || ready) return;
+      ready = true;
+      if (first) starting--;
     });
     w.on('exit', (code, signal) => {
       workers.delete(w);
-      if (!ready && !sealed) {
-        // It never started (its own fatal line says why): starting it again would fail the same
-        // way, in a loop. The process stops instead, so its supervisor sees the failure.
+      if (first && !ready && !sealed) {
         logger.fatal({ worker: w.id, code, signal }, 'start-up failed: a worker could not start');
-        for (const other of workers) other.kill();
-        process.exit(1);
+        fail();
       }
       if (!sealed) {
         logger.error({ worker: w.id, code, signal }, 'worker exited; starting a new one');
@@ -130,8 +141,7 @@ export function runPrimary(config: Config, logger: Logger): void {
   const admin = createAdminServer({ registry: aggregated as never, seal });
   listenAdmin(admin, config).catch((err: unknown) => {
     logger.fatal({ err: err instanceof Error ? err.message : String(err) }, 'start-up failed');
-    for (const w of workers) w.kill();
-    process.exit(1);
+    fail();
   });
   onSignals(seal);
   logger.info({ workers: n }, 'cluster primary started');

@@ -118,13 +118,13 @@ test('process – after the seal it keeps answering sealed while requests arrive
 });
 
 /** Starts main.ts with one of its ports already taken; resolves with its exit code and output. */
-async function startWithPortTaken(setting: 'AUTHZ_GRPC_PORT' | 'MARKET_PORT' | 'AUTHZ_ADMIN_PORT', workers: number, redisUrl = ''): Promise<{ code: number | null; out: string; port: number }> {
+async function startWithPortTaken(setting: 'AUTHZ_GRPC_PORT' | 'MARKET_PORT' | 'AUTHZ_ADMIN_PORT', workers: number, redisUrl = '', marker = ''): Promise<{ code: number | null; out: string; port: number }> {
   const { createServer } = await import('node:net');
   const ports = { AUTHZ_GRPC_PORT: await freePort(), MARKET_PORT: await freePort(), AUTHZ_ADMIN_PORT: await freePort() };
   const squatter = createServer();
   await new Promise<void>((resolve) => squatter.listen(ports[setting], '127.0.0.1', resolve));
   try {
-    const child = spawn(`${ROOT}scripts/node`, [`${ROOT}authz/src/main.ts`], {
+    const child = spawn(`${ROOT}scripts/node`, [`${ROOT}authz/src/main.ts`, ...(marker === '' ? [] : [marker])], {
       env: {
         ...process.env, REDIS_URL: redisUrl, AUTHZ_WORKERS: String(workers), LOG_LEVEL: 'warn',
         EDGE_INGEST_HMAC: `hex:${randomBytes(32).toString('hex')}`, EDGE_FEED_ED25519_PUBLIC_KEY: newFeedKey().publicHex,
@@ -166,6 +166,32 @@ test('process – AUTHZ_WORKERS=2 with the market port in use: the primary stops
     assert.match(out, /a worker could not start/);
     assert.match(out, /MARKET_PORT: cannot listen/);
     assert.doesNotMatch(out, /starting a new one/);
+  } finally {
+    await redis.stop();
+  }
+});
+
+test('process – AUTHZ_WORKERS=2 with the admin port in use: the primary exits 1 and takes its workers with it (none is left running)', async () => {
+  const redis = await PrivateRedis.start();
+  const marker = `--edge-test-${randomBytes(6).toString('hex')}`;
+  const { execFileSync } = await import('node:child_process');
+  const running = (): string => {
+    try {
+      return execFileSync('pgrep', ['-f', '--', marker]).toString().trim();
+    } catch {
+      return '';
+    }
+  };
+  try {
+    const { code, out } = await startWithPortTaken('AUTHZ_ADMIN_PORT', 2, redis.url, marker);
+    assert.equal(code, 1, out);
+    assert.match(out, /AUTHZ_ADMIN_PORT: cannot listen/);
+    let left = running();
+    for (let i = 0; i < 20 && left !== ''; i++) {
+      await sleep(100);
+      left = running();
+    }
+    assert.equal(left, '', 'no worker outlives the primary');
   } finally {
     await redis.stop();
   }

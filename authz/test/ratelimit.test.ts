@@ -23,7 +23,7 @@ import { ALLOW } from '../src/authz/decision.ts';
 import { createRedis } from '../src/shared/adapters/redis.ts';
 import { createLogger } from '../src/shared/log.ts';
 import { createMetrics, type AuthzMetrics } from '../src/shared/metrics.ts';
-import { clientOf, descriptorClient, RATE_LIMIT_KEY_PREFIX, RedisBuckets, TAKE_MANY_MAX_KEYS, type Buckets, type Take } from '../src/ratelimit/bucket.ts';
+import { clientOf, descriptorClient, printfRound, RATE_LIMIT_KEY_PREFIX, RedisBuckets, TAKE_MANY_MAX_KEYS, type Buckets, type Take } from '../src/ratelimit/bucket.ts';
 import { CODE, decodeRateLimitRequest, encodeRateLimitResponse } from '../src/ratelimit/codec.ts';
 import { createRateLimitHandler, rateLimitService } from '../src/ratelimit/service.ts';
 import { PrivateRedis } from './redis-server.ts';
@@ -230,6 +230,34 @@ describe('ratelimit – the Lua token bucket on Redis', () => {
     assert.equal(b.batches, before + 1, 'sent as the call filled, in one');
     assert.ok(performance.now() - t0 < 250, `without waiting for the linger: ${performance.now() - t0} ms`);
     assert.ok(got.every((t) => t.allowed));
+  });
+
+  test('printfRound rounds as Lua\'s string.format(\'%.0f\') does (ties to even), checked against Redis\'s Lua', async () => {
+    const xs = [0.5, 1.5, 2.5, 3.5, 0.25, 0.75, 7812.5, 15624.5, 333333.3333333333, 1764000000000000.5, 1764000000000001.5, 1764000000000000.25, 1764000000000000.75];
+    const lua = await client.eval("local o = {} for i, x in ipairs(ARGV) do o[i] = string.format('%.0f', tonumber(x)) end return o", 0, ...xs.map(String)) as string[];
+    assert.deepEqual(xs.map((x) => String(printfRound(x))), lua);
+  });
+
+  test('a fractional interval (RPS_PER_IP 128: 7,812.5 µs): a batch leaves the TAT one-by-one takes leave, rounded after each grant', async () => {
+    const limits = { rpsPerIp: 128, rateBurst: 1000 };
+    const [secs, micros] = (await client.time()) as [string | number, string | number];
+    // Far enough ahead that `now` never clamps it: the TAT then depends on the grants alone.
+    let t = Number(secs) * 1_000_000 + Number(micros) + 3_000_000;
+    if (t % 2 !== 0) t++;
+    for (const k of ['192.0.2.100', '192.0.2.101']) await client.set(`${RATE_LIMIT_KEY_PREFIX}${k}`, String(t), 'PX', 60_000);
+    const one = new RedisBuckets(client, limits);
+    for (let i = 0; i < 7; i++) assert.equal((await one.take('192.0.2.100', 1)).allowed, true);
+    const batch = new RedisBuckets(client, limits);
+    const takes = await Promise.all(Array.from({ length: 7 }, () => batch.take('192.0.2.101', 1)));
+    assert.equal(batch.batches, 1);
+    assert.ok(takes.every((x) => x.allowed));
+    const sequential = await client.get(`${RATE_LIMIT_KEY_PREFIX}192.0.2.100`);
+    const batched = await client.get(`${RATE_LIMIT_KEY_PREFIX}192.0.2.101`);
+    assert.equal(batched, sequential);
+    assert.notEqual(Number(sequential), printfRound(t + 7 * 7812.5), 'the ties make rounding once differ from rounding each time');
+    // Each request's remaining budget follows from the TAT it left (7,812 µs a token here).
+    const ms = takes.map((x) => x.untilFullUs);
+    for (let i = 1; i < ms.length; i++) assert.ok(Math.abs(ms[i]! - ms[i - 1]! - 7812) <= 1, `steps of one interval: ${ms.join(', ')}`);
   });
 
   test('a turn with more distinct clients than one call carries is split, each client still answered', async () => {

@@ -56,12 +56,15 @@ return {1, math.floor((capacity - (after - now)) / interval), math.floor(after -
  * requests that arrived while the previous batch was at Redis): KEYS the distinct clients'
  * buckets; ARGV[1] the emission interval, ARGV[2] the burst, ARGV[2 + i] how many one-token
  * requests KEYS[i] has in the batch, in arrival order.
- * Returns, per key, {tokens granted, µs from now to the key's TAT before the batch}.
+ * Returns {now (µs of Redis's clock), then per key: tokens granted, the key's TAT before the batch}.
  *
- * Each key's requests are taken one after the other with the single script's test (a request
- * passes when `tat + interval - now <= capacity`), so a batch grants exactly what the same
- * requests sent one by one in the same microsecond would have: the first `granted` pass, the rest
- * are refused and take nothing. One TIME, one script, one round trip for the whole batch.
+ * Each key's requests are taken one after the other exactly as the single script takes them in
+ * turn: the same test (a request passes when `tat + interval - now <= capacity`) and the TAT
+ * rounded to a whole µs after each grant, as the single script stores it (`%.0f`), so a batch
+ * grants exactly what the same requests sent one by one in the same microsecond would have: the
+ * first `granted` pass, the rest are refused and take nothing. RedisBuckets computes each
+ * request's answer from `now` and the TAT before the batch the same way (printfRound). One TIME,
+ * one script, one round trip for the whole batch.
  */
 export const TAKE_MANY_SCRIPT = `
 redis.replicate_commands()
@@ -70,25 +73,41 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local interval = tonumber(ARGV[1])
 local capacity = tonumber(ARGV[2]) * interval
-local out = {}
+local out = {now}
 for i = 1, #KEYS do
   local tat = tonumber(redis.call('GET', KEYS[i])) or now
   if tat < now then tat = now end
   local start = tat
   local want = tonumber(ARGV[i + 2])
   local granted = 0
-  while granted < want and tat + interval - now <= capacity do
-    tat = tat + interval
+  local last = tat
+  while granted < want do
+    local after = tat + interval
+    if after - now > capacity then break end
+    last = after
+    tat = tonumber(string.format('%.0f', after))
     granted = granted + 1
   end
   if granted > 0 then
-    redis.call('SET', KEYS[i], string.format('%.0f', tat), 'PX', math.ceil((tat - now) / 1000))
+    redis.call('SET', KEYS[i], string.format('%.0f', tat), 'PX', math.ceil((last - now) / 1000))
   end
-  out[2 * i - 1] = granted
-  out[2 * i] = start - now
+  out[2 * i] = granted
+  out[2 * i + 1] = start
 end
 return out
 `;
+
+/**
+ * A number rounded to a whole number as C's `printf("%.0f")` (Lua's string.format) rounds it:
+ * to the nearest, a tie to the even neighbour.
+ */
+export function printfRound(x: number): number {
+  const f = Math.floor(x);
+  const d = x - f;
+  if (d > 0.5) return f + 1;
+  if (d < 0.5) return f;
+  return f % 2 === 0 ? f : f + 1;
+}
 
 /** At most this many distinct clients per TAKE_MANY_SCRIPT call (a larger batch is split). */
 export const TAKE_MANY_MAX_KEYS = 256;
@@ -263,7 +282,8 @@ export class RedisBuckets implements Buckets {
     this.#cmd.edgeRateLimitTakeMany(...args).then((out) => {
       this.#inFlight--;
       this.#schedule();
-      for (let i = 0; i < waiters.length; i++) this.#answer(waiters[i]!, out[2 * i]!, out[2 * i + 1]!);
+      const now = out[0]!;
+      for (let i = 0; i < waiters.length; i++) this.#answer(waiters[i]!, out[2 * i + 1]!, out[2 * i + 2]!, now);
     }, (err: unknown) => {
       this.#inFlight--;
       this.#schedule();
@@ -272,16 +292,22 @@ export class RedisBuckets implements Buckets {
   }
 
   /**
-   * Each waiter's answer, as the single script would have given it in turn: the first `granted`
-   * pass with what they left; the rest are refused with what the last grant left.
+   * Each waiter's answer, as the single script would have given it in turn (the same
+   * arithmetic from the TAT before the batch and Redis's `now`): the first `granted` pass with
+   * what they left; the rest are refused with what the last grant left.
    */
-  #answer(waiters: readonly Waiter[], granted: number, startUs: number): void {
+  #answer(waiters: readonly Waiter[], granted: number, start: number, now: number): void {
     const interval = this.#intervalUs;
     const capacity = this.#capacityUs;
+    let tat = start;
     for (let j = 0; j < waiters.length; j++) {
-      const allowed = j < granted;
-      const after = startUs + (allowed ? j + 1 : granted) * interval;
-      waiters[j]!.resolve({ allowed, remaining: Math.max(0, Math.floor((capacity - after) / interval)), untilFullUs: Math.floor(after) });
+      if (j < granted) {
+        const after = tat + interval;
+        waiters[j]!.resolve({ allowed: true, remaining: Math.max(0, Math.floor((capacity - (after - now)) / interval)), untilFullUs: Math.floor(after - now) });
+        tat = printfRound(after);
+      } else {
+        waiters[j]!.resolve({ allowed: false, remaining: Math.max(0, Math.floor((capacity - (tat - now)) / interval)), untilFullUs: Math.floor(tat - now) });
+      }
     }
   }
 }
