@@ -23,6 +23,20 @@ import { RATE_LIMIT } from '../shared/contract.ts';
 export const RATE_LIMIT_KEY_PREFIX = 'edge:rl:';
 
 /**
+ * What both bucket scripts start with: no replication or AOF for what follows (below), Redis's
+ * clock in µs (`now`), and ARGV[1] the emission interval and ARGV[2] the burst as `interval` and
+ * `capacity` (µs).
+ */
+const SCRIPT_PRELUDE = `
+redis.replicate_commands()
+redis.set_repl(redis.REPL_NONE)
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local interval = tonumber(ARGV[1])
+local capacity = tonumber(ARGV[2]) * interval
+`;
+
+/**
  * KEYS[1] the client's bucket; ARGV[1] the emission interval in µs (10^6 / RPS_PER_IP),
  * ARGV[2] the burst (RATE_BURST), ARGV[3] the tokens this request takes.
  * Returns {allowed 0|1, tokens left (whole), µs until the bucket is full again}.
@@ -34,14 +48,7 @@ export const RATE_LIMIT_KEY_PREFIX = 'edge:rl:';
  * - TAT is written with %.0f: Lua would print a number with 14 significant digits, i.e. lose the
  *   microseconds of a 16-digit timestamp.
  */
-export const TAKE_SCRIPT = `
-redis.replicate_commands()
-redis.set_repl(redis.REPL_NONE)
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-local interval = tonumber(ARGV[1])
-local capacity = tonumber(ARGV[2]) * interval
-local tat = tonumber(redis.call('GET', KEYS[1])) or now
+export const TAKE_SCRIPT = `${SCRIPT_PRELUDE}local tat = tonumber(redis.call('GET', KEYS[1])) or now
 if tat < now then tat = now end
 local after = tat + tonumber(ARGV[3]) * interval
 if after - now > capacity then
@@ -66,14 +73,7 @@ return {1, math.floor((capacity - (after - now)) / interval), math.floor(after -
  * request's answer from `now` and the TAT before the batch the same way (printfRound). One TIME,
  * one script, one round trip for the whole batch.
  */
-export const TAKE_MANY_SCRIPT = `
-redis.replicate_commands()
-redis.set_repl(redis.REPL_NONE)
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-local interval = tonumber(ARGV[1])
-local capacity = tonumber(ARGV[2]) * interval
-local out = {now}
+export const TAKE_MANY_SCRIPT = `${SCRIPT_PRELUDE}local out = {now}
 for i = 1, #KEYS do
   local tat = tonumber(redis.call('GET', KEYS[i])) or now
   if tat < now then tat = now end
