@@ -11,15 +11,15 @@
  * BLOCKED_COUNTRIES, GEO_TRUSTED_CIDRS…) and REDIS_URL.
  */
 import { createAuthzCore } from '../authz/src/authz/core.ts';
-import { GeoDatabase } from '../authz/src/shared/adapters/geoip.ts';
-import { AnonymizerDatabase } from '../authz/src/shared/adapters/anonymizer.ts';
-import { RedisNonceStore } from '../authz/src/shared/adapters/nonce-store.ts';
-import { createRedis } from '../authz/src/shared/adapters/redis.ts';
-import { loadConfig } from '../authz/src/shared/config.ts';
-import { loadCredentials } from '../authz/src/shared/credentials.ts';
-import { createLogger } from '../authz/src/shared/log.ts';
-import { createMetrics } from '../authz/src/shared/metrics.ts';
-import { systemClock } from '../authz/src/shared/ports.ts';
+import { GeoDatabase } from '../authz/src/common/adapters/geoip.ts';
+import { AnonymizerDatabase } from '../authz/src/common/adapters/anonymizer.ts';
+import { RedisNonceStore } from '../authz/src/common/adapters/nonce-store.ts';
+import { createRedis } from '../authz/src/common/adapters/redis.ts';
+import { loadConfig } from '../authz/src/common/config.ts';
+import { loadCredentials } from '../authz/src/common/credentials.ts';
+import { createLogger } from '../authz/src/common/log.ts';
+import { createMetrics } from '../authz/src/common/metrics.ts';
+import { systemClock } from '../authz/src/common/ports.ts';
 import { MemoryMarketStore } from '../authz/src/market/store.ts';
 import type { DecisionCount } from './lib/authz-scenarios.ts';
 import { ingestInto } from './lib/market-service.ts';

@@ -8,7 +8,7 @@ import * as grpc from '@grpc/grpc-js';
 import { loadPackageDefinition, SERVICE_NAMES } from '../proto/index.ts';
 import { ALLOW } from '../authz/src/authz/decision.ts';
 import { toCheckResponse } from '../authz/src/authz/codec/response.ts';
-import { ORDER_PAYLOAD_METADATA_KEY } from '../authz/src/shared/contract.ts';
+import { ORDER_PAYLOAD_METADATA_KEY } from '../authz/src/common/contract.ts';
 import { serveParent } from './lib/serve-parent.ts';
 
 interface Req { attributes?: { request?: { http?: { path?: string; raw_body?: Buffer } } } }

@@ -3,9 +3,9 @@
  * port to the parent (bench/lib/child.ts protocol). `fill` stores N signed markets.
  */
 import { generateKeyPairSync } from 'node:crypto';
-import { createRedis } from '../authz/src/shared/adapters/redis.ts';
+import { createRedis } from '../authz/src/common/adapters/redis.ts';
 import { RedisMarketStore } from '../authz/src/market/redis-store.ts';
-import { validateDocument } from '../authz/src/shared/feed/schema.ts';
+import { validateDocument } from '../authz/src/common/feed/schema.ts';
 import { startMarketService } from './lib/market-service.ts';
 import { serveParent } from './lib/serve-parent.ts';
 

@@ -20,7 +20,7 @@
  */
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { withServiceRuntime } from '../authz/src/shared/runtime-env.ts';
+import { withServiceRuntime } from '../authz/src/common/runtime-env.ts';
 import { PrivateRedis } from '../authz/test/redis-server.ts';
 import { forkNode, type NodeChild } from './lib/child.ts';
 import { benchLog, envInt, machineLine, redisPid, today, workDir } from './lib/env.ts';
@@ -50,7 +50,7 @@ if (!['both', 'only', 'skip'].includes(MEMORY)) throw new Error(`BENCH_MEMORY: e
  * 8 arenas per core), side by side in one run.
  */
 const MEMORY_CONFIGS: readonly { readonly name: string; readonly env: Record<string, string>; readonly js: boolean }[] = [
-  { name: 'as shipped: compiled JavaScript (deploy/Dockerfile), runtime settings (authz/src/shared/runtime-env.ts)', env: {}, js: true },
+  { name: 'as shipped: compiled JavaScript (deploy/Dockerfile), runtime settings (authz/src/common/runtime-env.ts)', env: {}, js: true },
   { name: 'the .ts sources (npm start, e2e), same runtime settings', env: {}, js: false },
   { name: 'compiled JavaScript, --max-semi-space-size=8 (shipped until 2026-11-25)', env: { NODE_OPTIONS: '--max-semi-space-size=8' }, js: true },
   { name: 'compiled JavaScript, V8/glibc sizing (semi-space 64 MiB, 16 arenas)', env: { NODE_OPTIONS: '--max-semi-space-size=64', MALLOC_ARENA_MAX: '16' }, js: true },
@@ -162,7 +162,7 @@ async function speedPart(): Promise<void> {
     for (const size of SIZES) {
       const redis = await PrivateRedis.start();
       redises.push(redis);
-      // The service's runtime settings (authz/src/shared/runtime-env.ts), as wherever it runs.
+      // The service's runtime settings (authz/src/common/runtime-env.ts), as wherever it runs.
       const start = (): Promise<NodeChild> => forkNode(fileURLToPath(new URL('./market-server.ts', import.meta.url)), {
         env: withServiceRuntime({ ...process.env, REDIS_URL: redis.url }), logFile: join(dir, `svc-${size}.log`),
       });

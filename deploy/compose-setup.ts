@@ -24,7 +24,7 @@ import { chmodSync, chownSync, existsSync, mkdirSync, readdirSync, readFileSync,
 import { dirname, join, resolve } from 'node:path';
 import { parseArgs } from 'node:util';
 import { fileURLToPath } from 'node:url';
-import { DEFAULT_GEOIP_DB } from '../authz/src/shared/config.ts';
+import { DEFAULT_GEOIP_DB } from '../authz/src/common/config.ts';
 import { generateDevPki, issue, publishClientCert } from '../scripts/dev/certs.ts';
 
 /** The uid/gid the service image runs as (deploy/Dockerfile `USER 1000:1000`). */

@@ -15,7 +15,7 @@ import { createHash, randomBytes } from 'node:crypto';
 import { connect } from 'node:net';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { geoFixtures } from '../authz/test/geo-fixtures.ts';
-import { NONCE_TAG_HEX } from '../authz/src/shared/log.ts';
+import { NONCE_TAG_HEX } from '../authz/src/common/log.ts';
 import { PAGE_CACHE_MAX_BYTES, PAGE_CACHE_MAX_ENTRIES } from '../authz/src/market/redis-store.ts';
 import { SHOWN_NAME_MAX } from '../authz/src/market/http.ts';
 import { XFF_POLICY, XFF_RBAC_STAT_PREFIX } from '../envoy/render.ts';

@@ -19,7 +19,7 @@ import { createHash, createPrivateKey, randomBytes, X509Certificate, type KeyObj
 import { readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { parseHmacKey } from '../authz/src/shared/credentials.ts';
+import { parseHmacKey } from '../authz/src/common/credentials.ts';
 import { geoFixtures } from '../authz/test/geo-fixtures.ts';
 import { COMPOSE_FILES } from '../deploy/compose-setup.ts';
 import { composeConfig, type ComposeFile } from '../deploy/test/tools.ts';

@@ -16,8 +16,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { promisify } from 'node:util';
-import { loadConfig } from '../authz/src/shared/config.ts';
-import { SERVICE_RUNTIME_ENV } from '../authz/src/shared/runtime-env.ts';
+import { loadConfig } from '../authz/src/common/config.ts';
+import { SERVICE_RUNTIME_ENV } from '../authz/src/common/runtime-env.ts';
 import { generateDevPki } from '../scripts/dev/certs.ts';
 import { buildServiceImage } from './containers/stack.ts';
 import { SERVICE_IMAGE } from './containers/definitions.ts';
@@ -74,7 +74,7 @@ describe('docker build -f deploy/Dockerfile', { skip }, () => {
     assert.deepEqual(Object.keys(config.ExposedPorts).sort(), [d.authzGrpcPort, d.marketPort, d.authzAdminPort].map((p) => `${p}/tcp`).sort());
   });
 
-  test('image – runs with the service runtime settings (authz/src/shared/runtime-env.ts) and NODE_ENV=production', () => {
+  test('image – runs with the service runtime settings (authz/src/common/runtime-env.ts) and NODE_ENV=production', () => {
     for (const [k, v] of Object.entries({ ...SERVICE_RUNTIME_ENV, NODE_ENV: 'production' })) assert.ok(config.Env.includes(`${k}=${v}`), `${k}=${v} in ${config.Env.join(' ')}`);
   });
 

@@ -46,8 +46,8 @@ import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from 'node
 import type { Server } from 'node:https';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { DEFAULT_GEOIP_DB } from '../authz/src/shared/config.ts';
-import { parseHmacKey } from '../authz/src/shared/credentials.ts';
+import { DEFAULT_GEOIP_DB } from '../authz/src/common/config.ts';
+import { parseHmacKey } from '../authz/src/common/credentials.ts';
 import { geoFixtures } from '../authz/test/geo-fixtures.ts';
 import { freePort } from '../authz/test/redis-server.ts';
 import { ROOT } from '../deploy/paths.ts';

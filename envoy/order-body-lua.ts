@@ -21,7 +21,7 @@
  * Cost: LuaJIT decodes ~5.5 ms per MiB on this machine's Envoy worker (0.2–0.4 ms at the
  * default 32 KiB ORDER_PAYLOAD_MAX_BYTES), during which that worker serves nothing else.
  */
-import { HEADER } from '../authz/src/shared/contract.ts';
+import { HEADER } from '../authz/src/common/contract.ts';
 
 /**
  * The request headers (besides `:`-pseudo-headers) the backend receives with an order: those of

@@ -18,7 +18,7 @@
 import { accessSync, constants, mkdirSync, renameSync, writeFileSync } from 'node:fs';
 import { dirname, join, resolve } from 'node:path';
 import { parseArgs } from 'node:util';
-import { ConfigError, loadConfig } from '../authz/src/shared/config.ts';
+import { ConfigError, loadConfig } from '../authz/src/common/config.ts';
 import { validateBootstrap } from './envoy-bin.ts';
 import { rateLimitServiceConfig, renderEnvoy, type AllowedHeaders } from './render.ts';
 

@@ -12,7 +12,7 @@
  */
 import { createHash, createHmac, createPrivateKey, randomBytes, sign } from 'node:crypto';
 import { readFileSync } from 'node:fs';
-import { parseHmacKey } from '../authz/src/shared/credentials.ts';
+import { parseHmacKey } from '../authz/src/common/credentials.ts';
 
 const PKCS8_ED25519_PREFIX = Buffer.from('302e020100300506032b657004220420', 'hex');
 

@@ -1,15 +1,15 @@
 /**
  * Generates docs/openapi.yaml (OpenAPI 3.1) from the definitions the service itself uses, so the
  * contract cannot drift from the code:
- *   - the error table: ERROR_STATUS / ERROR_MESSAGE (authz/src/shared/errors.ts) → the `Error` schema,
+ *   - the error table: ERROR_STATUS / ERROR_MESSAGE (authz/src/common/errors.ts) → the `Error` schema,
  *     one response per status whose `error` enum holds exactly the codes of that status;
- *   - the market document schema (authz/src/shared/feed/schema.ts) → MarketDocument, and the decoded
+ *   - the market document schema (authz/src/common/feed/schema.ts) → MarketDocument, and the decoded
  *     content of the ingest envelope's `d`;
  *   - the market service's query and response schemas (authz/src/market/schemas.ts) → the
  *     query parameters and 200 bodies of /v1/markets and /v1/quotes;
  *   - Envoy's own replies (envoy/render.ts: bad_request messages, the market-route timeout);
- *   - the defaults of the settings (authz/src/shared/config.ts) → limits quoted in descriptions;
- *   - every pattern (ids, decimals, the ingest headers, strict base64): authz/src/shared/rules.ts, the
+ *   - the defaults of the settings (authz/src/common/config.ts) → limits quoted in descriptions;
+ *   - every pattern (ids, decimals, the ingest headers, strict base64): authz/src/common/rules.ts, the
  *     same strings the code compiles (a property test proves strictBase64Length agrees with the
  *     published strict-base64 pattern).
  * What exists only here: the route table (seven operations), the OrderRequest envelope's shape
@@ -24,11 +24,11 @@
 import { readFileSync, writeFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import YAML from 'yaml';
-import { DEFAULT_GEO_NOTICE, loadConfig } from '../authz/src/shared/config.ts';
-import { ERROR_MESSAGE, ERROR_STATUS, type ErrorCode } from '../authz/src/shared/errors.ts';
-import { MARKET_DOCUMENT_SCHEMA } from '../authz/src/shared/feed/schema.ts';
-import { PATHS } from '../authz/src/shared/contract.ts';
-import { PATTERN } from '../authz/src/shared/rules.ts';
+import { DEFAULT_GEO_NOTICE, loadConfig } from '../authz/src/common/config.ts';
+import { ERROR_MESSAGE, ERROR_STATUS, type ErrorCode } from '../authz/src/common/errors.ts';
+import { MARKET_DOCUMENT_SCHEMA } from '../authz/src/common/feed/schema.ts';
+import { PATHS } from '../authz/src/common/contract.ts';
+import { PATTERN } from '../authz/src/common/rules.ts';
 import { ENVELOPE_SCHEMA, MARKETS_QUERY_SCHEMA, MARKETS_RESPONSE_SCHEMA, QUOTE_SCHEMA, QUOTES_QUERY_SCHEMA, QUOTES_RESPONSE_SCHEMA, ROOT_BODY } from '../authz/src/market/schemas.ts';
 import { BAD_REQUEST_MESSAGES, UPSTREAM_TIMEOUT_MESSAGE } from '../envoy/render.ts';
 import { STORE_OUTCOME_UNKNOWN_MESSAGE } from '../authz/src/market/store.ts';

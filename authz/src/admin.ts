@@ -4,7 +4,7 @@
  */
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { Registry } from 'prom-client';
-import { errorJson } from './shared/errors.ts';
+import { errorJson } from './common/errors.ts';
 
 export interface AdminDeps {
   readonly registry: Registry;

@@ -2,24 +2,24 @@
  * Composition root: builds every adapter from the config and wires the authz core, the
  * market service and the seal. Used by process.ts (and by the e2e suite via `npm run authz`).
  */
-import { listenAs } from './shared/listen-error.ts';
+import { listenAs } from './common/listen-error.ts';
 import type { Redis } from 'ioredis';
-import { GeoDatabase } from './shared/adapters/geoip.ts';
-import { AnonymizerDatabase } from './shared/adapters/anonymizer.ts';
-import { MemoryNonceStore, RedisNonceStore } from './shared/adapters/nonce-store.ts';
-import { createRedis } from './shared/adapters/redis.ts';
-import { ReplicaWait } from './shared/adapters/replica-wait.ts';
+import { GeoDatabase } from './common/adapters/geoip.ts';
+import { AnonymizerDatabase } from './common/adapters/anonymizer.ts';
+import { MemoryNonceStore, RedisNonceStore } from './common/adapters/nonce-store.ts';
+import { createRedis } from './common/adapters/redis.ts';
+import { ReplicaWait } from './common/adapters/replica-wait.ts';
 import { createAuthzCore } from './authz/core.ts';
 import { createGeoClassifier } from './authz/stages/geo.ts';
 import { withAnonymizer } from './authz/stages/anonymizer.ts';
-import { configWarnings, type Config } from './shared/config.ts';
-import { loadCredentials } from './shared/credentials.ts';
-import type { Logger } from './shared/log.ts';
+import { configWarnings, type Config } from './common/config.ts';
+import { loadCredentials } from './common/credentials.ts';
+import type { Logger } from './common/log.ts';
 import { createMarketStore, writeTimeoutMs } from './market/wiring.ts';
 import { createMarketService } from './market/http.ts';
-import { createMetrics, type AuthzMetrics } from './shared/metrics.ts';
-import { systemClock } from './shared/ports.ts';
-import { createSealState } from './shared/seal.ts';
+import { createMetrics, type AuthzMetrics } from './common/metrics.ts';
+import { systemClock } from './common/ports.ts';
+import { createSealState } from './common/seal.ts';
 import { RedisBuckets } from './ratelimit/bucket.ts';
 import { rateLimitService } from './ratelimit/service.ts';
 import { createCheckLimiter } from './ratelimit/check-limit.ts';

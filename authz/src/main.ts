@@ -6,10 +6,10 @@
  * aggregated across workers and forwards seal/shutdown to every worker.
  */
 import cluster from 'node:cluster';
-import { checkSettingNames, loadConfig } from './shared/config.ts';
-import { loadCredentials } from './shared/credentials.ts';
-import { defaultGeoipWarning } from './shared/geoip-default.ts';
-import { createLogger } from './shared/log.ts';
+import { checkSettingNames, loadConfig } from './common/config.ts';
+import { loadCredentials } from './common/credentials.ts';
+import { defaultGeoipWarning } from './common/geoip-default.ts';
+import { createLogger } from './common/log.ts';
 import { runPrimary, runSingle, runWorker } from './process.ts';
 
 const config = loadConfig();
@@ -17,7 +17,7 @@ const logger = createLogger(config.logLevel);
 // Variables that look like settings but are none (STRICT_SETTINGS=1: refused, like a bad value).
 const unknownSettings = checkSettingNames(process.env);
 if (!cluster.isWorker) for (const u of unknownSettings) logger.warn({ setting: u.name, nearest: u.nearest }, `${u.message}; it is ignored`);
-// The default GeoIP database is for development and tests (shared/geoip-default.ts says why).
+// The default GeoIP database is for development and tests (common/geoip-default.ts says why).
 const geoipWarning = defaultGeoipWarning(config.geoipDb);
 if (geoipWarning !== undefined && !cluster.isWorker) logger.warn({ geoipDb: config.geoipDb }, geoipWarning);
 
@@ -26,7 +26,7 @@ if (config.workers > 1 && cluster.isPrimary) {
   loadCredentials({ ...process.env }).zeroize();
   runPrimary(config, logger);
 } else {
-  // A port that cannot be listened on (shared/listen-error.ts) or anything else that stops
+  // A port that cannot be listened on (common/listen-error.ts) or anything else that stops
   // start-up: one fatal line saying why, exit status 1 (a worker's makes the primary stop too).
   try {
     await (cluster.isWorker ? runWorker(config, logger) : runSingle(config, logger));

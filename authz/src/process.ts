@@ -7,9 +7,9 @@ import type { Server } from 'node:http';
 import { AggregatorRegistry } from 'prom-client';
 import { createAdminServer } from './admin.ts';
 import { createApp, type App } from './app.ts';
-import type { Config } from './shared/config.ts';
-import { listenAs } from './shared/listen-error.ts';
-import type { Logger } from './shared/log.ts';
+import type { Config } from './common/config.ts';
+import { listenAs } from './common/listen-error.ts';
+import type { Logger } from './common/log.ts';
 
 /**
  * After the seal the service keeps answering `sealed` (Envoy sees NOT_SERVING and 503 sealed)

@@ -5,7 +5,7 @@
  */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { ConfigError, configWarnings, DEFAULT_GEOIP_DB, DEFAULT_GEO_NOTICE, loadConfig, type Config, type Env } from '../src/shared/config.ts';
+import { ConfigError, configWarnings, DEFAULT_GEOIP_DB, DEFAULT_GEO_NOTICE, loadConfig, type Config, type Env } from '../src/common/config.ts';
 import { createGeoClassifier } from '../src/authz/stages/geo.ts';
 
 const BACKEND: Env = {

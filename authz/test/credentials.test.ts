@@ -7,9 +7,9 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { createHash, randomBytes, sign, verify } from 'node:crypto';
 import nacl from 'tweetnacl';
-import { ConfigError, type Env } from '../src/shared/config.ts';
-import { loadCredentials, parseHmacKey, publicKeyFromPrivate } from '../src/shared/credentials.ts';
-import { decodeStrictBase64 } from '../src/shared/rules.ts';
+import { ConfigError, type Env } from '../src/common/config.ts';
+import { loadCredentials, parseHmacKey, publicKeyFromPrivate } from '../src/common/credentials.ts';
+import { decodeStrictBase64 } from '../src/common/rules.ts';
 import { newFeedKey } from './helpers.ts';
 
 const KEY32 = Buffer.from('0102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f20', 'hex');
@@ -226,7 +226,7 @@ for (const [name, env] of Object.entries(zeroCases)) {
   test(`zeroize – ${name}: every secret buffer is all-zero afterwards`, () => {
     const c = loadCredentials(env);
     assert.ok(c.secretBuffers.length >= 1);
-    // Each HMAC key is held as its bytes plus its two precomputed pads (shared/crypto/hmac.ts).
+    // Each HMAC key is held as its bytes plus its two precomputed pads (common/crypto/hmac.ts).
     assert.equal(c.secretBuffers.length, 3 * c.hmacKeys.length);
     for (const k of c.hmacKeys) assert.ok(c.secretBuffers.includes(k), 'every HMAC key is a registered secret buffer');
     for (const b of c.secretBuffers) assert.ok(b.some((x) => x !== 0), 'precondition: every secret buffer is non-zero');

@@ -4,7 +4,7 @@
  * Test databases come from fixtures/make-mmdb.py (documentation ranges only), generated
  * into a temporary directory at test time.
  */
-import { HmacSha256Key } from '../src/shared/crypto/hmac.ts';
+import { HmacSha256Key } from '../src/common/crypto/hmac.ts';
 import { after, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { copyFileSync, mkdirSync, renameSync, symlinkSync, writeFileSync } from 'node:fs';
@@ -12,13 +12,13 @@ import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { MethodDefinition } from '@grpc/proto-loader';
 import { loadPackageDefinition, SERVICE_NAMES } from '../../proto/index.ts';
-import { GeoDatabase, toGeoRecord } from '../src/shared/adapters/geoip.ts';
-import { MemoryNonceStore } from '../src/shared/adapters/nonce-store.ts';
-import { DEFAULT_GEOIP_DB, DEFAULT_GEO_NOTICE, loadConfig } from '../src/shared/config.ts';
+import { GeoDatabase, toGeoRecord } from '../src/common/adapters/geoip.ts';
+import { MemoryNonceStore } from '../src/common/adapters/nonce-store.ts';
+import { DEFAULT_GEOIP_DB, DEFAULT_GEO_NOTICE, loadConfig } from '../src/common/config.ts';
 import { denialBody, geoDenial, type Decision } from '../src/authz/decision.ts';
 import { encodeDecision, type Serialize } from '../src/authz/codec/response.ts';
 import { evaluate, type PipelineDeps } from '../src/authz/pipeline.ts';
-import type { GeoLookup, GeoRecord } from '../src/shared/ports.ts';
+import type { GeoLookup, GeoRecord } from '../src/common/ports.ts';
 import { createGeoClassifier, normalizeIp, type GeoPolicy, type GeoVerdict } from '../src/authz/stages/geo.ts';
 import { geoFixtures, scratchDir } from './geo-fixtures.ts';
 import { fakeMarkets, fixedClock, HMAC_KEY, newFeedKey } from './helpers.ts';

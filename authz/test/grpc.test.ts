@@ -7,7 +7,7 @@ import assert from 'node:assert/strict';
 import { createHash, randomBytes } from 'node:crypto';
 import * as grpc from '@grpc/grpc-js';
 import { geoDenial } from '../src/authz/decision.ts';
-import { NONCE_TAG_HEX } from '../src/shared/log.ts';
+import { NONCE_TAG_HEX } from '../src/common/log.ts';
 import type { MethodDefinition } from '@grpc/proto-loader';
 import { loadPackageDefinition, SERVICE_NAMES } from '../../proto/index.ts';
 import { encodeDecision } from '../src/authz/codec/response.ts';

@@ -6,7 +6,7 @@
 import { createHash, createHmac, generateKeyPairSync, randomBytes, sign, type KeyObject } from 'node:crypto';
 import type { MethodDefinition } from '@grpc/proto-loader';
 import { loadPackageDefinition, SERVICE_NAMES } from '../../proto/index.ts';
-import type { Clock, MarketLookup, MarketMeta } from '../src/shared/ports.ts';
+import type { Clock, MarketLookup, MarketMeta } from '../src/common/ports.ts';
 
 const pd = loadPackageDefinition();
 const checkDef = (pd[SERVICE_NAMES.authorization] as Record<string, MethodDefinition<object, object>>)['Check']!;

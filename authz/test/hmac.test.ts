@@ -2,7 +2,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { createHmac } from 'node:crypto';
 import fc from 'fast-check';
-import { HmacSha256Key } from '../src/shared/crypto/hmac.ts';
+import { HmacSha256Key } from '../src/common/crypto/hmac.ts';
 
 test('hmac – precomputed pads give exactly createHmac for any key length (incl. > 64 bytes) and message', () => {
   fc.assert(

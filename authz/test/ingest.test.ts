@@ -2,15 +2,15 @@
  * Ingest policy (docs/api.md "POST /internal/ingest/market", docs/api.md "POST /internal/ingest/market") at every boundary, with a fixed clock and the
  * in-memory nonce store: headers → window → HMAC → nonce → envelope → Ed25519 → document.
  */
-import { HmacSha256Key } from '../src/shared/crypto/hmac.ts';
+import { HmacSha256Key } from '../src/common/crypto/hmac.ts';
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { createHash, createHmac, randomBytes, sign } from 'node:crypto';
 import { ALLOW, type Decision } from '../src/authz/decision.ts';
-import { ERROR_STATUS } from '../src/shared/errors.ts';
-import { MemoryNonceStore } from '../src/shared/adapters/nonce-store.ts';
+import { ERROR_STATUS } from '../src/common/errors.ts';
+import { MemoryNonceStore } from '../src/common/adapters/nonce-store.ts';
 import { checkIngestSignature, ingestStage, parseTimestamp, type IngestDeps, type IngestRequest } from '../src/authz/stages/ingest.ts';
-import type { NonceResult, NonceStore } from '../src/shared/ports.ts';
+import type { NonceResult, NonceStore } from '../src/common/ports.ts';
 import { envelopeFor, fixedClock, HMAC_KEY, marketDoc, newFeedKey, type FeedKey } from './helpers.ts';
 
 const NOW = 1763700000;

@@ -6,20 +6,20 @@
  * hmac module) verifies. Tampering with one byte of the document, of `s`, or of the
  * HMAC'd body fails with the right code.
  */
-import { HmacSha256Key } from '../src/shared/crypto/hmac.ts';
+import { HmacSha256Key } from '../src/common/crypto/hmac.ts';
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
 import { createHash, createHmac, randomBytes } from 'node:crypto';
 import { fileURLToPath } from 'node:url';
 import nacl from 'tweetnacl';
-import { MemoryNonceStore } from '../src/shared/adapters/nonce-store.ts';
-import { loadCredentials, parseHmacKey } from '../src/shared/credentials.ts';
+import { MemoryNonceStore } from '../src/common/adapters/nonce-store.ts';
+import { loadCredentials, parseHmacKey } from '../src/common/credentials.ts';
 import { ALLOW, geoDenial, type Decision } from '../src/authz/decision.ts';
 import { GEO_TRUSTED } from '../src/authz/stages/geo.ts';
 import { decodeCheckRequest } from '../src/authz/codec/request.ts';
-import { verifyEnvelopeSignature } from '../src/shared/feed/envelope.ts';
-import { PATHS } from '../src/shared/contract.ts';
+import { verifyEnvelopeSignature } from '../src/common/feed/envelope.ts';
+import { PATHS } from '../src/common/contract.ts';
 import { evaluate, type PipelineDeps } from '../src/authz/pipeline.ts';
 import { checkIngestContent } from '../src/authz/stages/ingest.ts';
 import { encodeCheckRequest, fakeMarkets, fixedClock, marketDoc } from './helpers.ts';

@@ -5,7 +5,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { createServer } from 'node:net';
-import { listenAs, ListenError } from '../src/shared/listen-error.ts';
+import { listenAs, ListenError } from '../src/common/listen-error.ts';
 
 const errno = (code: string): NodeJS.ErrnoException => Object.assign(new Error(`listen ${code}`), { code });
 

@@ -9,12 +9,12 @@ import { readFileSync } from 'node:fs';
 import { Writable } from 'node:stream';
 import { fileURLToPath } from 'node:url';
 import { Registry } from 'prom-client';
-import { createLogger } from '../src/shared/log.ts';
+import { createLogger } from '../src/common/log.ts';
 import { createMarketService } from '../src/market/http.ts';
 import { MemoryMarketStore } from '../src/market/store.ts';
 import {
   createMetrics, DECISION_CODES, GEO_VERDICTS, GEOIP_RELOAD_RESULTS, MARKET_INGEST_OUTCOMES, MARKET_REQUEST_STATUSES, RATE_LIMIT_CODES, REDIS_OPS,
-} from '../src/shared/metrics.ts';
+} from '../src/common/metrics.ts';
 import { newFeedKey } from './helpers.ts';
 
 const logger = createLogger('silent', new Writable({ write: (_c, _e, cb) => cb() }));

@@ -10,7 +10,7 @@ import { readFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { promisify } from 'node:util';
 import { fileURLToPath } from 'node:url';
-import { ERROR_STATUS } from '../src/shared/errors.ts';
+import { ERROR_STATUS } from '../src/common/errors.ts';
 import { OPENAPI_FILE, buildOpenApi, renderOpenApi } from '../../scripts/openapi.ts';
 
 const require = createRequire(import.meta.url);

@@ -12,7 +12,7 @@ import type { MethodDefinition } from '@grpc/proto-loader';
 import { loadPackageDefinition, SERVICE_NAMES } from '../../proto/index.ts';
 import { ALLOW, deny } from '../src/authz/decision.ts';
 import { encodeDecision, type Serialize } from '../src/authz/codec/response.ts';
-import { ORDER_PAYLOAD_METADATA_KEY } from '../src/shared/contract.ts';
+import { ORDER_PAYLOAD_METADATA_KEY } from '../src/common/contract.ts';
 import { orderAllow, parseOrder } from '../src/authz/stages/order.ts';
 
 const pd = loadPackageDefinition();

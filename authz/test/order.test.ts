@@ -6,11 +6,11 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import type { Decision } from '../src/authz/decision.ts';
-import { ERROR_STATUS } from '../src/shared/errors.ts';
-import { ORDER_PAYLOAD_METADATA_KEY } from '../src/shared/contract.ts';
+import { ERROR_STATUS } from '../src/common/errors.ts';
+import { ORDER_PAYLOAD_METADATA_KEY } from '../src/common/contract.ts';
 import { checkOrder, orderStage, parseOrder, type OrderDeps } from '../src/authz/stages/order.ts';
-import { strictBase64Length } from '../src/shared/rules.ts';
-import type { MarketLookup, MarketMeta } from '../src/shared/ports.ts';
+import { strictBase64Length } from '../src/common/rules.ts';
+import type { MarketLookup, MarketMeta } from '../src/common/ports.ts';
 import { fakeMarkets, fixedClock } from './helpers.ts';
 
 const NOW = 1763700000;

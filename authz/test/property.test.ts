@@ -10,7 +10,7 @@
  *   - the order stage's base64 length agrees with the strict decoder;
  *   - the geo classifier never throws and treats every IPv4-mapped spelling as the IPv4 address.
  */
-import { HmacSha256Key } from '../src/shared/crypto/hmac.ts';
+import { HmacSha256Key } from '../src/common/crypto/hmac.ts';
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { createHash, createHmac } from 'node:crypto';
@@ -18,14 +18,14 @@ import fc from 'fast-check';
 import nacl from 'tweetnacl';
 import { geoDenial, type Decision } from '../src/authz/decision.ts';
 import { decodeCheckRequest, type AuthzInput } from '../src/authz/codec/request.ts';
-import { MemoryNonceStore } from '../src/shared/adapters/nonce-store.ts';
-import { classify, PATHS } from '../src/shared/contract.ts';
+import { MemoryNonceStore } from '../src/common/adapters/nonce-store.ts';
+import { classify, PATHS } from '../src/common/contract.ts';
 import { evaluate, type PipelineDeps } from '../src/authz/pipeline.ts';
-import { decodeStrictBase64, PATTERN, strictBase64Length } from '../src/shared/rules.ts';
+import { decodeStrictBase64, PATTERN, strictBase64Length } from '../src/common/rules.ts';
 import { createGeoClassifier, GEO_TRUSTED } from '../src/authz/stages/geo.ts';
-import { GeoDatabase } from '../src/shared/adapters/geoip.ts';
+import { GeoDatabase } from '../src/common/adapters/geoip.ts';
 import { geoFixtures } from './geo-fixtures.ts';
-import type { MarketMeta } from '../src/shared/ports.ts';
+import type { MarketMeta } from '../src/common/ports.ts';
 import { encodeCheckRequest, envelopeFor, fakeMarkets, fixedClock, HMAC_KEY, marketDoc, newFeedKey, type CheckSpec } from './helpers.ts';
 
 const NOW = 1763700000;

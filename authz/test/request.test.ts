@@ -5,7 +5,7 @@
  * fallback, `header_map` (encode_raw_headers) — by table and by property — and malformed
  * wire data (throws; never a half-filled input that could be allowed).
  */
-import { HmacSha256Key } from '../src/shared/crypto/hmac.ts';
+import { HmacSha256Key } from '../src/common/crypto/hmac.ts';
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import fc from 'fast-check';
@@ -14,8 +14,8 @@ import { loadPackageDefinition, SERVICE_NAMES } from '../../proto/index.ts';
 import { decodeCheckRequest, type AuthzInput } from '../src/authz/codec/request.ts';
 import { geoDenial } from '../src/authz/decision.ts';
 import { GEO_TRUSTED, geoResult } from '../src/authz/stages/geo.ts';
-import { JURISDICTION_NONE } from '../src/shared/contract.ts';
-import { MemoryNonceStore } from '../src/shared/adapters/nonce-store.ts';
+import { JURISDICTION_NONE } from '../src/common/contract.ts';
+import { MemoryNonceStore } from '../src/common/adapters/nonce-store.ts';
 import { evaluate, type PipelineDeps } from '../src/authz/pipeline.ts';
 import { checkRequestObject, fakeMarkets, fixedClock, HMAC_KEY, hmacHeaders, ingestBody, marketDoc, newFeedKey, type CheckSpec } from './helpers.ts';
 

@@ -1,5 +1,5 @@
 /**
- * The service's runtime settings (authz/src/shared/runtime-env.ts) reach a real Node process and bound
+ * The service's runtime settings (authz/src/common/runtime-env.ts) reach a real Node process and bound
  * what they say; every launcher that is not TypeScript carries the same values (the service
  * image's are checked on the built image by e2e/docker-build.test.ts).
  */
@@ -8,7 +8,7 @@ import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { SERVICE_RUNTIME_ENV, withServiceRuntime } from '../src/shared/runtime-env.ts';
+import { SERVICE_RUNTIME_ENV, withServiceRuntime } from '../src/common/runtime-env.ts';
 import { ROOT } from '../../deploy/paths.ts';
 
 /** The young generation's size after 60 MB of short-lived garbage, in a process started with `env`. */

@@ -1,7 +1,7 @@
 /** The one seal state: set once; while sealed every request is refused and noted, so the drain can end when nothing asks. */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { createSealState } from '../src/shared/seal.ts';
+import { createSealState } from '../src/common/seal.ts';
 
 test('seal state – refuses nothing before the seal; set() is true once; quiet time counts from the seal, then from the last refused request', () => {
   let now = 1_000;

@@ -8,7 +8,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
-import { checkSettingNames, ConfigError, KNOWN_SETTINGS, SETTING_PREFIXES, unknownSettings } from '../src/shared/config.ts';
+import { checkSettingNames, ConfigError, KNOWN_SETTINGS, SETTING_PREFIXES, unknownSettings } from '../src/common/config.ts';
 import { backendSettings, settingsRead } from '../../deploy/test/support.ts';
 
 const readme = readFileSync(fileURLToPath(new URL('../../README.md', import.meta.url)), 'utf8');

@@ -5,16 +5,16 @@
  */
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { GeoDatabase } from '../src/shared/adapters/geoip.ts';
-import { MemoryNonceStore } from '../src/shared/adapters/nonce-store.ts';
-import { ConfigError, KNOWN_SETTINGS, loadConfig, SHADOW_SETTINGS } from '../src/shared/config.ts';
+import { GeoDatabase } from '../src/common/adapters/geoip.ts';
+import { MemoryNonceStore } from '../src/common/adapters/nonce-store.ts';
+import { ConfigError, KNOWN_SETTINGS, loadConfig, SHADOW_SETTINGS } from '../src/common/config.ts';
 import { geoDenial } from '../src/authz/decision.ts';
 import type { AuthzInput } from '../src/authz/codec/request.ts';
 import { evaluate, type PipelineDeps } from '../src/authz/pipeline.ts';
 import { SHADOW_MSG } from '../src/authz/shadow.ts';
 import { createGeoClassifier, type GeoResult } from '../src/authz/stages/geo.ts';
-import { HmacSha256Key } from '../src/shared/crypto/hmac.ts';
-import type { GeoRecord } from '../src/shared/ports.ts';
+import { HmacSha256Key } from '../src/common/crypto/hmac.ts';
+import type { GeoRecord } from '../src/common/ports.ts';
 import { geoFixtures } from './geo-fixtures.ts';
 import { fakeMarkets, fixedClock, HMAC_KEY, newFeedKey } from './helpers.ts';
 import { startFixture, type Fixture } from './server-fixture.ts';

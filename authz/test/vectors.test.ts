@@ -4,7 +4,7 @@
  * against an empty nonce store with the clock at `now`, through the real pipeline
  * (lean CheckRequest decoding included).
  */
-import { HmacSha256Key } from '../src/shared/crypto/hmac.ts';
+import { HmacSha256Key } from '../src/common/crypto/hmac.ts';
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
@@ -12,10 +12,10 @@ import { fileURLToPath } from 'node:url';
 import { ALLOW } from '../src/authz/decision.ts';
 import { decodeCheckRequest } from '../src/authz/codec/request.ts';
 import { evaluate, type PipelineDeps } from '../src/authz/pipeline.ts';
-import { parseHmacKey, ed25519PublicKey } from '../src/shared/credentials.ts';
+import { parseHmacKey, ed25519PublicKey } from '../src/common/credentials.ts';
 import { geoDenial } from '../src/authz/decision.ts';
 import { GEO_TRUSTED } from '../src/authz/stages/geo.ts';
-import { MemoryNonceStore } from '../src/shared/adapters/nonce-store.ts';
+import { MemoryNonceStore } from '../src/common/adapters/nonce-store.ts';
 import { encodeCheckRequest, fakeMarkets, fixedClock } from './helpers.ts';
 
 interface Vector {

@@ -7,7 +7,7 @@
  * CheckRequests are encoded with the real protos (authz/test/helpers.ts).
  */
 import { createHmac, randomBytes } from 'node:crypto';
-import { PATHS } from '../../authz/src/shared/contract.ts';
+import { PATHS } from '../../authz/src/common/contract.ts';
 import { encodeCheckRequest, ingestBody, marketDoc, type FeedKey } from '../../authz/test/helpers.ts';
 import { frameGrpc } from './grpc-wire.ts';
 

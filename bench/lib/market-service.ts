@@ -7,7 +7,7 @@
 import type { KeyObject } from 'node:crypto';
 import { Writable } from 'node:stream';
 import { Registry } from 'prom-client';
-import { createLogger } from '../../authz/src/shared/log.ts';
+import { createLogger } from '../../authz/src/common/log.ts';
 import { createMarketService, type MarketService } from '../../authz/src/market/http.ts';
 import type { MarketStore } from '../../authz/src/market/store.ts';
 

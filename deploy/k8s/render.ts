@@ -20,7 +20,7 @@ import { createHash } from 'node:crypto';
 import { readFileSync, writeFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import YAML from 'yaml';
-import { loadConfig } from '../../authz/src/shared/config.ts';
+import { loadConfig } from '../../authz/src/common/config.ts';
 import { renderEnvoy } from '../../envoy/render.ts';
 
 /** Where the Deployment mounts things (base/deployment.yaml). */

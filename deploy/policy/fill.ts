@@ -19,7 +19,7 @@
  */
 import { createHash, createHmac, createPrivateKey, randomBytes, sign, type KeyObject } from 'node:crypto';
 import { readFileSync } from 'node:fs';
-import { parseHmacKey, secretSetting } from '../../authz/src/shared/credentials.ts';
+import { parseHmacKey, secretSetting } from '../../authz/src/common/credentials.ts';
 
 export interface PolicyKeys {
   /** The ingest HMAC key bytes. */

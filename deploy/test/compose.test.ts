@@ -18,8 +18,8 @@ import { chmodSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, s
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import YAML from 'yaml';
-import { loadConfig } from '../../authz/src/shared/config.ts';
-import { loadCredentials } from '../../authz/src/shared/credentials.ts';
+import { loadConfig } from '../../authz/src/common/config.ts';
+import { loadCredentials } from '../../authz/src/common/credentials.ts';
 import { envoyBinary } from '../../envoy/envoy-bin.ts';
 import { main as renderCli } from '../../envoy/render-cli.ts';
 import { COMPOSE_FILES, unsearchableDir } from '../compose-setup.ts';

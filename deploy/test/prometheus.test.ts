@@ -138,10 +138,10 @@ test('prometheus – promtool test rules: the alerts fire on the conditions they
 
 /** Metric names in the service's exposition (authz metrics + market service, one live registry each), with their label names. */
 async function exported(): Promise<Map<string, Set<string>>> {
-  const { createMetrics } = await import('../../authz/src/shared/metrics.ts');
+  const { createMetrics } = await import('../../authz/src/common/metrics.ts');
   const { createMarketService } = await import('../../authz/src/market/http.ts');
   const { MemoryMarketStore } = await import('../../authz/src/market/store.ts');
-  const { createLogger } = await import('../../authz/src/shared/log.ts');
+  const { createLogger } = await import('../../authz/src/common/log.ts');
   const { Registry } = await import('prom-client');
   const m = createMetrics({ geoipBuildEpochSecs: () => 0 });
   const marketRegistry = new Registry();

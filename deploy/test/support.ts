@@ -7,8 +7,8 @@ import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import YAML from 'yaml';
-import { loadConfig, type Env } from '../../authz/src/shared/config.ts';
-import { loadCredentials } from '../../authz/src/shared/credentials.ts';
+import { loadConfig, type Env } from '../../authz/src/common/config.ts';
+import { loadCredentials } from '../../authz/src/common/credentials.ts';
 import { validateBootstrap } from '../../envoy/envoy-bin.ts';
 import { ROOT } from '../paths.ts';
 

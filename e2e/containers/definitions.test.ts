@@ -13,7 +13,7 @@ import { createServer } from 'node:http';
 import { join } from 'node:path';
 import YAML from 'yaml';
 import { ROOT } from '../../deploy/paths.ts';
-import { loadConfig } from '../../authz/src/shared/config.ts';
+import { loadConfig } from '../../authz/src/common/config.ts';
 import { renderEnvoy } from '../../envoy/render.ts';
 import { composeConfig } from '../../deploy/test/tools.ts';
 import { settingsRead } from '../../deploy/test/support.ts';

@@ -27,7 +27,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { GenericContainer, Network, Wait, type StartedNetwork, type StartedTestContainer } from 'testcontainers';
-import { loadConfig } from '../../authz/src/shared/config.ts';
+import { loadConfig } from '../../authz/src/common/config.ts';
 import { renderEnvoy } from '../../envoy/render.ts';
 import { freePort, type PrivateRedis } from '../../authz/test/redis-server.ts';
 import { ROOT } from '../../deploy/paths.ts';

@@ -1,7 +1,7 @@
 /**
  * The bootstrap: node, admin, overload manager, and the static listener and clusters.
  */
-import type { Config } from '../../authz/src/shared/config.ts';
+import type { Config } from '../../authz/src/common/config.ts';
 import { clusters } from './clusters.ts';
 import { socketAddress, typedExtension, type JsonObject, type RenderOptions } from './common.ts';
 import { listener } from './listener.ts';

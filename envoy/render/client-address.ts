@@ -2,8 +2,8 @@
  * The client address every later filter trusts: header_mutation writes it, the XFF guard (RBAC)
  * rejects requests whose X-Forwarded-For Envoy could not use.
  */
-import type { Config } from '../../authz/src/shared/config.ts';
-import { EDGE_SET_HEADERS } from '../../authz/src/shared/contract.ts';
+import type { Config } from '../../authz/src/common/config.ts';
+import { EDGE_SET_HEADERS } from '../../authz/src/common/contract.ts';
 import { overwriteHeader, typedExtension, type JsonObject, type TypedExtension } from './common.ts';
 import { CLIENT_IP_HEADER, CLIENT_PORT_HEADER, FILTER, TYPE_URL, XFF_POLICY } from './names.ts';
 

@@ -2,7 +2,7 @@
  * The upstream clusters: authz (gRPC), market (HTTP/1.1), and the order backend (mTLS).
  */
 import { isIP } from 'node:net';
-import type { Config, OrderBackendConfig } from '../../authz/src/shared/config.ts';
+import type { Config, OrderBackendConfig } from '../../authz/src/common/config.ts';
 import { canonicalIp, duration, socketAddress, typedConfig, typedExtension, type JsonObject, type RenderOptions } from './common.ts';
 import { CLUSTER, TYPE_URL, type ClusterName } from './names.ts';
 import { clientCertSdsConfig } from './sds.ts';

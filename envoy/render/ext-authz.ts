@@ -2,8 +2,8 @@
  * The two ext_authz filters (the ingest's header phase, then the full check) and the per-route
  * check settings they read.
  */
-import type { Config } from '../../authz/src/shared/config.ts';
-import { CONTEXT_EXTENSION, GLOBAL_LIMIT_IN_CHECK, HEADER_PHASE, type RouteKind } from '../../authz/src/shared/contract.ts';
+import type { Config } from '../../authz/src/common/config.ts';
+import { CONTEXT_EXTENSION, GLOBAL_LIMIT_IN_CHECK, HEADER_PHASE, type RouteKind } from '../../authz/src/common/contract.ts';
 import { duration, typedConfig, typedExtension, type JsonObject, type RenderOptions, type TypedConfig, type TypedExtension } from './common.ts';
 import { AUTHZ_HEADERS, CLUSTER, FILTER, TYPE_URL } from './names.ts';
 

@@ -2,7 +2,7 @@
  * The HTTP filter chain, in order. Each filter lives with its concern; this file only decides
  * which run and in what order.
  */
-import type { Config } from '../../authz/src/shared/config.ts';
+import type { Config } from '../../authz/src/common/config.ts';
 import { headerMutationFilter, xffGuardFilter } from './client-address.ts';
 import { typedExtension, type RenderOptions, type TypedExtension } from './common.ts';
 import { extAuthzFilter, ingestHeadersFilter } from './ext-authz.ts';

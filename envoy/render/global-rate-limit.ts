@@ -8,8 +8,8 @@
  *   descriptors; and its config (envoyproxy/ratelimit), rendered from the same settings.
  */
 import { stringify } from 'yaml';
-import type { Config } from '../../authz/src/shared/config.ts';
-import { RATE_LIMIT } from '../../authz/src/shared/contract.ts';
+import type { Config } from '../../authz/src/common/config.ts';
+import { RATE_LIMIT } from '../../authz/src/common/contract.ts';
 import { duration, typedConfig, typedExtension, type TypedConfig, type TypedExtension } from './common.ts';
 import { CLUSTER, FILTER, TYPE_URL } from './names.ts';
 import { clientRateLimits } from './rate-limit.ts';

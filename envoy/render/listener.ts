@@ -3,7 +3,7 @@
  * normalisation, timeouts, and where the filter chain, routes, local replies and access log
  * plug in.
  */
-import type { Config } from '../../authz/src/shared/config.ts';
+import type { Config } from '../../authz/src/common/config.ts';
 import { accessLog } from './access-log.ts';
 import { duration, overwriteHeader, socketAddress, typedExtension, type JsonObject, type RenderOptions, type TypedExtension } from './common.ts';
 import { httpFilters } from './filters.ts';

@@ -1,8 +1,8 @@
 /**
  * local_reply_config (CONTRACT §2: every Envoy-generated error is JSON).
  */
-import type { Config } from '../../authz/src/shared/config.ts';
-import { BAD_REQUEST_MESSAGE_BY_STATUS, ERROR_MESSAGE, ERROR_STATUS, type ErrorCode } from '../../authz/src/shared/errors.ts';
+import type { Config } from '../../authz/src/common/config.ts';
+import { BAD_REQUEST_MESSAGE_BY_STATUS, ERROR_MESSAGE, ERROR_STATUS, type ErrorCode } from '../../authz/src/common/errors.ts';
 import { typedExtension, type JsonObject } from './common.ts';
 import { xffMessage } from './client-address.ts';
 import { CLUSTER, TYPE_URL, XFF_POLICY, type ClusterName } from './names.ts';

@@ -3,9 +3,9 @@
  * paths, filters, clusters, routes, the SDS secret, and the `@type` URL of every typed config.
  * One home per name; the other files import them from here.
  */
-import { HEADER, PATHS } from '../../authz/src/shared/contract.ts';
+import { HEADER, PATHS } from '../../authz/src/common/contract.ts';
 
-// ─── Headers and paths (the route contract with the service: authz/src/shared/contract.ts) ─────────
+// ─── Headers and paths (the route contract with the service: authz/src/common/contract.ts) ─────────
 
 /** The client address Envoy decided (header_mutation writes it; geo and the rate limit read it). */
 export const CLIENT_IP_HEADER = HEADER.clientIp;

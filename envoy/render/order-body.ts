@@ -1,8 +1,8 @@
 /**
  * The order-body Lua filter (envoy/order-body-lua.ts) and the per-route config that enables it.
  */
-import { errorJsonPrefix, errorJsonWithId } from '../../authz/src/shared/errors.ts';
-import { ORDER_PAYLOAD_METADATA_KEY } from '../../authz/src/shared/contract.ts';
+import { errorJsonPrefix, errorJsonWithId } from '../../authz/src/common/errors.ts';
+import { ORDER_PAYLOAD_METADATA_KEY } from '../../authz/src/common/contract.ts';
 import { orderBodyLua } from '../order-body-lua.ts';
 import { typedConfig, type TypedConfig, type TypedExtension } from './common.ts';
 import { FILTER, ORDER_BODY_LUA, TYPE_URL } from './names.ts';

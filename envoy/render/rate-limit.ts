@@ -2,8 +2,8 @@
  * The local rate limit: one token bucket per client address in each Envoy, and the descriptors
  * it shares with the global limit (global-rate-limit.ts).
  */
-import type { Config } from '../../authz/src/shared/config.ts';
-import { RATE_LIMIT } from '../../authz/src/shared/contract.ts';
+import type { Config } from '../../authz/src/common/config.ts';
+import { RATE_LIMIT } from '../../authz/src/common/contract.ts';
 import { overwriteHeader, typedExtension, type JsonObject, type TypedExtension } from './common.ts';
 import { CLIENT_IP_HEADER, FILTER, TYPE_URL } from './names.ts';
 

@@ -1,9 +1,9 @@
 /**
  * The route table of the one virtual host.
  */
-import { GEOBLOCK_METHODS, PATHS } from '../../authz/src/shared/contract.ts';
-import type { Config } from '../../authz/src/shared/config.ts';
-import { ERROR_STATUS } from '../../authz/src/shared/errors.ts';
+import { GEOBLOCK_METHODS, PATHS } from '../../authz/src/common/contract.ts';
+import type { Config } from '../../authz/src/common/config.ts';
+import { ERROR_STATUS } from '../../authz/src/common/errors.ts';
 import { duration, overwriteHeader, type JsonObject, type TypedConfig } from './common.ts';
 import { authzPerRoute, ingestHeadersPerRoute, type RouteKind } from './ext-authz.ts';
 import {

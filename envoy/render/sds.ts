@@ -3,7 +3,7 @@
  * certificate on disk is picked up without a restart.
  */
 import { dirname } from 'node:path';
-import type { OrderBackendConfig } from '../../authz/src/shared/config.ts';
+import type { OrderBackendConfig } from '../../authz/src/common/config.ts';
 import { typedConfig, type JsonObject } from './common.ts';
 import { CLIENT_CERT_SECRET, TYPE_URL } from './names.ts';
 

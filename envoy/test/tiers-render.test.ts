@@ -6,8 +6,8 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { parse } from 'yaml';
-import { loadConfig } from '../../authz/src/shared/config.ts';
-import { EDGE_SET_HEADERS, HEADER } from '../../authz/src/shared/contract.ts';
+import { loadConfig } from '../../authz/src/common/config.ts';
+import { EDGE_SET_HEADERS, HEADER } from '../../authz/src/common/contract.ts';
 import { ORDER_UPSTREAM_HEADERS } from '../order-body-lua.ts';
 import { CLUSTER, FILTER, ROUTE, renderEnvoy, type JsonObject } from '../render.ts';
 import { at, httpFilters, perFilter, routeNamed, routesOf } from './helpers.ts';

@@ -2,20 +2,20 @@
  * The authorization core: pipeline deps + gRPC server + seal, from injected ports.
  * No I/O of its own beyond the gRPC socket; main.ts/app.ts provide the adapters.
  */
-import type { Config } from '../shared/config.ts';
-import type { Credentials } from '../shared/credentials.ts';
+import type { Config } from '../common/config.ts';
+import type { Credentials } from '../common/credentials.ts';
 import { geoDenial } from './decision.ts';
 import type { AuthzInput } from './codec/request.ts';
 import { createGrpcServer, type AuthzGrpcServer } from './grpc-server.ts';
-import type { Logger } from '../shared/log.ts';
+import type { Logger } from '../common/log.ts';
 import { decisionLine, DECISION_MSG, shouldLogDecision } from './decision-log.ts';
-import { ReplicaWaitError } from '../shared/adapters/replica-wait.ts';
-import type { AuthzMetrics } from '../shared/metrics.ts';
+import { ReplicaWaitError } from '../common/adapters/replica-wait.ts';
+import type { AuthzMetrics } from '../common/metrics.ts';
 import { evaluate, routeLabel, type PipelineDeps } from './pipeline.ts';
-import type { AnonymizerLookup, Clock, GeoLookup, MarketLookup, NonceStore } from '../shared/ports.ts';
-import { flagBits } from '../shared/adapters/anonymizer.ts';
+import type { AnonymizerLookup, Clock, GeoLookup, MarketLookup, NonceStore } from '../common/ports.ts';
+import { flagBits } from '../common/adapters/anonymizer.ts';
 import { createAnonymizerCheck } from './stages/anonymizer.ts';
-import { createSealState, type SealState } from '../shared/seal.ts';
+import { createSealState, type SealState } from '../common/seal.ts';
 import { createGeoClassifier, type GeoResult } from './stages/geo.ts';
 import { shadowHooks } from './shadow.ts';
 import type { GrpcServiceRegistration } from '../ratelimit/service.ts';

@@ -9,8 +9,8 @@
  * 12-hex `nonceTag`, never the nonce, signature, timestamp, body or any key; never an order's
  * payload.
  */
-import type { LogDecisions } from '../shared/config.ts';
-import { nonceTag } from '../shared/log.ts';
+import type { LogDecisions } from '../common/config.ts';
+import { nonceTag } from '../common/log.ts';
 import type { AuthzInput } from './codec/request.ts';
 import type { Decision } from './decision.ts';
 import type { RouteLabel } from './pipeline.ts';

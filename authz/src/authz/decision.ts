@@ -3,7 +3,7 @@
  * first use) and reused, so their wire encoding can be cached too (see authz/codec/response.ts);
  * the one per-request part of a denial is the request id at the end of its body (denialBody).
  */
-import { ERROR_MESSAGE, ERROR_STATUS, errorJsonPrefix, errorJsonWithId, type ErrorCode } from '../shared/errors.ts';
+import { ERROR_MESSAGE, ERROR_STATUS, errorJsonPrefix, errorJsonWithId, type ErrorCode } from '../common/errors.ts';
 
 export type Header = readonly [name: string, value: string];
 

@@ -4,7 +4,7 @@
  * Stops at the first denial. Returns synchronously when no I/O is needed (geo-only reads,
  * orders whose market is cached), so the common path allocates no Promise.
  */
-import { classify, type RouteKind } from '../shared/contract.ts';
+import { classify, type RouteKind } from '../common/contract.ts';
 import { ALLOW, deny, type Decision } from './decision.ts';
 import type { AuthzInput } from './codec/request.ts';
 import { geoDecision, type GeoResult } from './stages/geo.ts';

@@ -5,9 +5,9 @@
  * would have put in another tier is counted (edge_geo_shadow_disagreements_total{enforced,shadow})
  * and logged at info with its request id. No SHADOW_* setting: no hook, nothing done per request.
  */
-import type { Config } from '../shared/config.ts';
-import type { Logger } from '../shared/log.ts';
-import type { AuthzMetrics } from '../shared/metrics.ts';
+import type { Config } from '../common/config.ts';
+import type { Logger } from '../common/log.ts';
+import type { AuthzMetrics } from '../common/metrics.ts';
 import type { AuthzInput } from './codec/request.ts';
 import { routeLabel, type PipelineDeps } from './pipeline.ts';
 import type { GeoResult } from './stages/geo.ts';

@@ -6,7 +6,7 @@
  * the same GeoDatabase object, in the same process), applied to the address Envoy computed.
  */
 import type { IncomingMessage } from 'node:http';
-import { HEADER } from '../shared/contract.ts';
+import { HEADER } from '../common/contract.ts';
 import { normalizeIp, type GeoResult } from '../authz/stages/geo.ts';
 
 /** The client address: `x-edge-client-ip` (Envoy always overwrites it), else the TCP peer (a direct request). */

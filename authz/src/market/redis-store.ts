@@ -12,7 +12,7 @@
  * A write carries a deadline in Redis's clock and is refused after it, so an ingest whose reply
  * was lost can ask Redis afterwards what happened and answer truthfully (see `put`).
  * With REDIS_MIN_REPLICAS ≥ 1 writes run on a connection of their own and are answered only
- * once replicas confirmed them (shared/adapters/replica-wait.ts), so a Sentinel failover cannot
+ * once replicas confirmed them (common/adapters/replica-wait.ts), so a Sentinel failover cannot
  * lose a record the ingest was answered 200 for.
  * Reads of a page are one Lua script (ids by ZRANGE BYLEX + their items): one round trip,
  * O(log N + limit). (The scripts touch keys they compute, so they need a non-cluster Redis or
@@ -32,11 +32,11 @@
 import { randomUUID } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { ReplyError, type Redis } from 'ioredis';
-import { neverSent, RedisClock, REDIS_COMMAND_TIMEOUT_MS } from '../shared/adapters/redis.ts';
-import type { ReplicaWait } from '../shared/adapters/replica-wait.ts';
-import type { Envelope } from '../shared/feed/envelope.ts';
-import type { MarketDocument } from '../shared/feed/schema.ts';
-import type { MarketMeta } from '../shared/ports.ts';
+import { neverSent, RedisClock, REDIS_COMMAND_TIMEOUT_MS } from '../common/adapters/redis.ts';
+import type { ReplicaWait } from '../common/adapters/replica-wait.ts';
+import type { Envelope } from '../common/feed/envelope.ts';
+import type { MarketDocument } from '../common/feed/schema.ts';
+import type { MarketMeta } from '../common/ports.ts';
 import {
   encodeMarket, metaOfItem, pageOfIds, StoreOutcomeUnknownError, StoreUnavailableError,
   type MarketStore, type Page, type PageItem, type PageQuery, type PutResult,

@@ -2,8 +2,8 @@
  * JSON schemas of the market service's queries and responses: the single source the
  * service validates with (ajv) and that docs/openapi.yaml is built from.
  */
-import { MARKET_DOCUMENT_SCHEMA } from '../shared/feed/schema.ts';
-import { PATTERN } from '../shared/rules.ts';
+import { MARKET_DOCUMENT_SCHEMA } from '../common/feed/schema.ts';
+import { PATTERN } from '../common/rules.ts';
 
 export const ROOT_BODY = JSON.stringify({ service: 'edge-trading-proxy', version: '1.0.0', api: 'v1' });
 

@@ -6,9 +6,9 @@
  * signed envelope as a JSON object text, `quotes` the JSON texts of its quote rows. A page is
  * then string concatenation, O(limit).
  */
-import type { Envelope } from '../shared/feed/envelope.ts';
-import type { MarketDocument } from '../shared/feed/schema.ts';
-import type { MarketLookup, MarketMeta } from '../shared/ports.ts';
+import type { Envelope } from '../common/feed/envelope.ts';
+import type { MarketDocument } from '../common/feed/schema.ts';
+import type { MarketLookup, MarketMeta } from '../common/ports.ts';
 
 /** One stored market, as reads and order checks use it. */
 export interface StoredMarket {

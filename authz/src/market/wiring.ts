@@ -3,13 +3,13 @@
  * checks and the market service) when REDIS_URL is set, else in memory (development only).
  */
 import type { Redis } from 'ioredis';
-import { REDIS_COMMAND_TIMEOUT_MS } from '../shared/adapters/redis.ts';
-import type { ReplicaWait } from '../shared/adapters/replica-wait.ts';
-import type { Config } from '../shared/config.ts';
-import type { Logger } from '../shared/log.ts';
+import { REDIS_COMMAND_TIMEOUT_MS } from '../common/adapters/redis.ts';
+import type { ReplicaWait } from '../common/adapters/replica-wait.ts';
+import type { Config } from '../common/config.ts';
+import type { Logger } from '../common/log.ts';
 import { RedisMarketStore } from './redis-store.ts';
 import { MemoryMarketStore, type MarketStore } from './store.ts';
-import type { Clock } from '../shared/ports.ts';
+import type { Clock } from '../common/ports.ts';
 
 export function createMarketStore(config: Config, redis: Redis | undefined, clock: Clock, logger: Logger, replicas?: ReplicaWait): MarketStore {
   if (redis === undefined) return new MemoryMarketStore();

@@ -18,7 +18,7 @@
  */
 import { isIP } from 'node:net';
 import type { Redis } from 'ioredis';
-import { RATE_LIMIT } from '../shared/contract.ts';
+import { RATE_LIMIT } from '../common/contract.ts';
 
 export const RATE_LIMIT_KEY_PREFIX = 'edge:rl:';
 

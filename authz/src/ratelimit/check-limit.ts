@@ -16,10 +16,10 @@
  *   request go on without headers; each counts as edge_ratelimit_decisions_total{code="fail_open"}.
  *   The request still met Envoy's local per-replica bucket, which ran before ext_authz.
  */
-import { RATE_LIMIT } from '../shared/contract.ts';
-import { ERROR_STATUS, errorJsonPrefix } from '../shared/errors.ts';
-import type { Logger } from '../shared/log.ts';
-import type { AuthzMetrics } from '../shared/metrics.ts';
+import { RATE_LIMIT } from '../common/contract.ts';
+import { ERROR_STATUS, errorJsonPrefix } from '../common/errors.ts';
+import type { Logger } from '../common/log.ts';
+import type { AuthzMetrics } from '../common/metrics.ts';
 import type { AuthzInput } from '../authz/codec/request.ts';
 import type { Decision, Header } from '../authz/decision.ts';
 import { clientOf, type BucketLimits, type Buckets, type Take } from './bucket.ts';

@@ -24,9 +24,9 @@
 import * as grpc from '@grpc/grpc-js';
 import type { MethodDefinition, ServiceDefinition } from '@grpc/proto-loader';
 import { loadPackageDefinition, SERVICE_NAMES } from '../../../proto/index.ts';
-import { RATE_LIMIT } from '../shared/contract.ts';
-import type { Logger } from '../shared/log.ts';
-import type { AuthzMetrics } from '../shared/metrics.ts';
+import { RATE_LIMIT } from '../common/contract.ts';
+import type { Logger } from '../common/log.ts';
+import type { AuthzMetrics } from '../common/metrics.ts';
 import { descriptorClient, type BucketLimits, type Buckets, type Take } from './bucket.ts';
 import { CODE, decodeRateLimitRequest, encodeRateLimitResponse, type DescriptorStatus, type RateLimitRequest, type RateLimitResponse } from './codec.ts';
 

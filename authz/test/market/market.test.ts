@@ -9,14 +9,14 @@ import { connect } from 'node:net';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { Registry } from 'prom-client';
 import type { Redis } from 'ioredis';
-import { createRedis } from '../../src/shared/adapters/redis.ts';
-import { createLogger } from '../../src/shared/log.ts';
+import { createRedis } from '../../src/common/adapters/redis.ts';
+import { createLogger } from '../../src/common/log.ts';
 import { createMarketService, MAX_HEADER_BYTES, type MarketService } from '../../src/market/http.ts';
 import {
   INVALIDATION_CHANNEL, MARKET_KEY_PREFIX, MARKET_MISS_CACHE_MAX_ENTRIES, PAGE_CACHE_MAX_BYTES, PAGE_CACHE_MAX_ENTRIES, RedisMarketStore,
 } from '../../src/market/redis-store.ts';
 import { MemoryMarketStore, type MarketStore } from '../../src/market/store.ts';
-import { validateDocument, type MarketDocument } from '../../src/shared/feed/schema.ts';
+import { validateDocument, type MarketDocument } from '../../src/common/feed/schema.ts';
 import { PrivateRedis } from '../redis-server.ts';
 import { envelopeFor, marketDoc, newFeedKey } from '../helpers.ts';
 

@@ -16,7 +16,7 @@
  *              raw_body = 12, header_map = 13 (HeaderMap.headers = 1 → HeaderValue key=1 value=2 raw_value=3)
  */
 import protobuf from 'protobufjs/minimal.js';
-import { CONTEXT_EXTENSION, GLOBAL_LIMIT_IN_CHECK, HEADER, HEADER_PHASE, ROUTE_KINDS, type RouteKind } from '../../shared/contract.ts';
+import { CONTEXT_EXTENSION, GLOBAL_LIMIT_IN_CHECK, HEADER, HEADER_PHASE, ROUTE_KINDS, type RouteKind } from '../../common/contract.ts';
 import type { GeoResult } from '../stages/geo.ts';
 
 const { Reader } = protobuf;

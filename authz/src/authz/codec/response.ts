@@ -7,7 +7,7 @@
  *   (one buffer, no protobuf encoder; the bytes equal a full serialization, tested).
  */
 import { denialBody, type Decision } from '../decision.ts';
-import { REQUEST_ID_KEY, requestIdJson } from '../../shared/errors.ts';
+import { REQUEST_ID_KEY, requestIdJson } from '../../common/errors.ts';
 import { encodeAllowWithMetadata } from './allow-encoder.ts';
 
 /** google.rpc.Code values used in CheckResponse.status. */

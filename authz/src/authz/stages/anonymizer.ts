@@ -5,8 +5,8 @@
  * notice as a blocked country, so the answer never tells a VPN from a jurisdiction. Trusted
  * addresses (GEO_TRUSTED_CIDRS) are not looked up. Without ANONYMIZER_DB there is no stage at all.
  */
-import type { RouteKind } from '../../shared/contract.ts';
-import type { AnonymizerLookup } from '../../shared/ports.ts';
+import type { RouteKind } from '../../common/contract.ts';
+import type { AnonymizerLookup } from '../../common/ports.ts';
 import { normalizeIp, type GeoResult } from './geo.ts';
 
 export type AnonymizerAction = 'block' | 'allow';

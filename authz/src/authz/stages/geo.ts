@@ -5,9 +5,9 @@
  */
 import { BlockList, isIP } from 'node:net';
 import type { Decision, Header } from '../decision.ts';
-import type { GeoLookup, GeoRecord } from '../../shared/ports.ts';
-import { HEADER, JURISDICTION_NONE, type Access } from '../../shared/contract.ts';
-import { RE } from '../../shared/rules.ts';
+import type { GeoLookup, GeoRecord } from '../../common/ports.ts';
+import { HEADER, JURISDICTION_NONE, type Access } from '../../common/contract.ts';
+import { RE } from '../../common/rules.ts';
 
 export interface GeoPolicy {
   readonly blockedCountries: ReadonlySet<string>;

@@ -4,12 +4,12 @@
  * A nonce is recorded only after the HMAC verified, and stays recorded whatever follows.
  */
 import { timingSafeEqual } from 'node:crypto';
-import type { HmacSha256Key } from '../../shared/crypto/hmac.ts';
+import type { HmacSha256Key } from '../../common/crypto/hmac.ts';
 import { deny, ALLOW, type Decision } from '../decision.ts';
-import { verifyIngestBody } from '../../shared/feed/envelope.ts';
-import type { Clock, NonceStore } from '../../shared/ports.ts';
+import { verifyIngestBody } from '../../common/feed/envelope.ts';
+import type { Clock, NonceStore } from '../../common/ports.ts';
 import type { KeyObject } from 'node:crypto';
-import { RE } from '../../shared/rules.ts';
+import { RE } from '../../common/rules.ts';
 
 const INT64_MAX = 9223372036854775807n;
 const INT64_MIN = -9223372036854775808n;

@@ -5,10 +5,10 @@
  * decodes it into the request body after this Check.
  */
 import { deny, type Decision, type Header } from '../decision.ts';
-import { compareDecimal } from '../../shared/feed/schema.ts';
-import type { Clock, MarketLookup, MarketMeta } from '../../shared/ports.ts';
-import { RE, strictBase64Length } from '../../shared/rules.ts';
-import { HEADER, ORDER_PAYLOAD_METADATA_KEY } from '../../shared/contract.ts';
+import { compareDecimal } from '../../common/feed/schema.ts';
+import type { Clock, MarketLookup, MarketMeta } from '../../common/ports.ts';
+import { RE, strictBase64Length } from '../../common/rules.ts';
+import { HEADER, ORDER_PAYLOAD_METADATA_KEY } from '../../common/contract.ts';
 
 
 export interface OrderDeps {

@@ -29,7 +29,7 @@ export type Env = Readonly<Record<string, string | undefined>>;
 
 const require = createRequire(import.meta.url);
 
-/** The country database shipped by @ip-location-db/geo-whois-asn-country-mmdb (IPv4 + IPv6): development and tests only (shared/geoip-default.ts). */
+/** The country database shipped by @ip-location-db/geo-whois-asn-country-mmdb (IPv4 + IPv6): development and tests only (common/geoip-default.ts). */
 export const DEFAULT_GEOIP_DB = join(
   dirname(require.resolve('@ip-location-db/geo-whois-asn-country-mmdb/package.json')),
   'geo-whois-asn-country.mmdb',
