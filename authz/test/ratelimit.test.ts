@@ -95,6 +95,16 @@ describe('ratelimit – codec against the real rls.proto', () => {
   });
 });
 
+/** RedisBuckets whose script calls are counted (calls, and the requests they carried) through its onCall. */
+function countedBuckets(redis: Redis, limits: { rpsPerIp: number; rateBurst: number }, policy?: { busy: number; full: number; lingerMs: number }): { b: RedisBuckets; batches: number; batched: number } {
+  const counts = { b: undefined as unknown as RedisBuckets, batches: 0, batched: 0 };
+  counts.b = new RedisBuckets(redis, limits, (requests) => {
+    counts.batches++;
+    counts.batched += requests;
+  }, policy);
+  return counts;
+}
+
 describe('ratelimit – the Lua token bucket on Redis', () => {
   let redis: PrivateRedis;
   let client: Redis;
@@ -137,19 +147,22 @@ describe('ratelimit – the Lua token bucket on Redis', () => {
   });
 
   test('one-token requests of one event-loop turn go to Redis as one batch and get exactly what one call each would have given, in arrival order', async () => {
-    const b = new RedisBuckets(client, { rpsPerIp: 10, rateBurst: 5 });
-    const one = new RedisBuckets(client, { rpsPerIp: 10, rateBurst: 5 });
+    const cb = countedBuckets(client, { rpsPerIp: 10, rateBurst: 5 });
+    const b = cb.b;
+    const counted = countedBuckets(client, { rpsPerIp: 10, rateBurst: 5 });
+    const one = counted.b;
     // One by one (each awaited: seven calls), against the same seven sent in one turn.
     const sequential: Take[] = [];
     for (let i = 0; i < 7; i++) sequential.push(await one.take('192.0.2.50', 1));
-    assert.equal(one.batches, 7);
-    const before = b.batches;
+    assert.equal(counted.batches, 7);
+    const before = cb.batches;
     const [a, c, big] = await Promise.all([
       Promise.all(Array.from({ length: 7 }, () => b.take('192.0.2.51', 1))),
       Promise.all(Array.from({ length: 3 }, () => b.take('192.0.2.52', 1))),
       b.take('192.0.2.53', 2),
     ]);
-    assert.equal(b.batches - before, 1, 'two clients\' ten one-token requests: one script call (the two-token one goes alone)');
+    assert.equal(cb.batches - before, 2, 'two clients\' ten one-token requests: one script call, and one for the two-token one, which goes alone');
+    assert.equal(cb.batched, 11);
     assert.deepEqual(a.map((t) => t.allowed), sequential.map((t) => t.allowed));
     assert.deepEqual(a.map((t) => t.remaining), sequential.map((t) => t.remaining));
     assert.deepEqual(a.map((t) => t.remaining), [4, 3, 2, 1, 0, 0, 0]);
@@ -168,26 +181,25 @@ describe('ratelimit – the Lua token bucket on Redis', () => {
   });
 
   test('requests arriving while a batch is at Redis wait and go together as the next batch when it returns', async () => {
-    const calls: number[] = [];
-    const b = new RedisBuckets(client, { rpsPerIp: 10, rateBurst: 100 }, () => calls.push(Date.now()));
+    const c = countedBuckets(client, { rpsPerIp: 10, rateBurst: 100 });
+    const b = c.b;
     const admin = createRedis(redis.url);
     try {
       await new Promise((r) => admin.once('ready', r));
       await admin.call('CLIENT', 'PAUSE', '150', 'ALL');
       const first = b.take('192.0.2.70', 1);
       await new Promise((r) => setImmediate(r));
-      assert.equal(b.batches, 1, 'the first request went at the end of its turn');
+      assert.equal(c.batches, 1, 'the first request went at the end of its turn');
       // Five more, each in a turn of its own, while the first batch waits on the paused server.
       const more: Promise<Take>[] = [];
       for (let i = 0; i < 5; i++) {
         more.push(b.take(i % 2 === 0 ? '192.0.2.70' : '192.0.2.71', 1));
         await new Promise((r) => setImmediate(r));
       }
-      assert.equal(b.batches, 1, 'nothing more is sent while a batch is at Redis');
+      assert.equal(c.batches, 1, 'nothing more is sent while a batch is at Redis');
       const all = await Promise.all([first, ...more]);
-      assert.equal(b.batches, 2, 'the five went as one batch when the first returned');
-      assert.equal(b.batched, 6);
-      assert.equal(calls.length, 2, 'onCall is told of each script call');
+      assert.equal(c.batches, 2, 'the five went as one batch when the first returned');
+      assert.equal(c.batched, 6, 'onCall is told of each script call and the requests it carried');
       // Per client in arrival order: .70 had the first (99 left), then .70 .71 .70 .71 .70.
       assert.deepEqual(all.map((t) => t.remaining), [99, 98, 99, 97, 98, 96]);
     } finally {
@@ -197,7 +209,8 @@ describe('ratelimit – the Lua token bucket on Redis', () => {
 
   test('under load (the previous call carried BATCH.busy or more) the next call waits for BATCH.full requests or BATCH.lingerMs; after a small call nothing waits', async () => {
     const policy = { busy: 4, full: 8, lingerMs: 300 };
-    const b = new RedisBuckets(client, { rpsPerIp: 100, rateBurst: 1000 }, () => {}, policy);
+    const c = countedBuckets(client, { rpsPerIp: 100, rateBurst: 1000 }, policy);
+    const b = c.b;
     const turn = (): Promise<unknown> => new Promise((r) => setImmediate(r));
     // A small call: the next request goes at the end of its turn.
     await b.take('192.0.2.80', 1);
@@ -206,28 +219,28 @@ describe('ratelimit – the Lua token bucket on Redis', () => {
     assert.ok(performance.now() - t0 < 150, `after a call of one, no wait: ${performance.now() - t0} ms`);
     // A busy call (5 ≥ busy): the next one lingers.
     await Promise.all(Array.from({ length: 5 }, () => b.take('192.0.2.80', 1)));
-    const calls = b.batches;
+    const calls = c.batches;
     t0 = performance.now();
     const lone = b.take('192.0.2.81', 1);
     await turn();
     await turn();
-    assert.equal(b.batches, calls, 'held while fewer than `full` wait');
+    assert.equal(c.batches, calls, 'held while fewer than `full` wait');
     await lone;
     const waited = performance.now() - t0;
     assert.ok(waited >= 250, `sent when the linger ran out: ${waited} ms after`);
-    assert.equal(b.batches, calls + 1);
+    assert.equal(c.batches, calls + 1);
     // That call carried one request: the next goes at once again. Make it busy, then fill a call.
     await Promise.all(Array.from({ length: 5 }, () => b.take('192.0.2.80', 1)));
-    const before = b.batches;
+    const before = c.batches;
     t0 = performance.now();
     const filling: Promise<Take>[] = [];
     for (let i = 0; i < policy.full; i++) {
       filling.push(b.take(`192.0.2.${90 + (i % 3)}`, 1));
       await turn();
-      if (i < policy.full - 1) assert.equal(b.batches, before, `held at ${i + 1} waiting`);
+      if (i < policy.full - 1) assert.equal(c.batches, before, `held at ${i + 1} waiting`);
     }
     const got = await Promise.all(filling);
-    assert.equal(b.batches, before + 1, 'sent as the call filled, in one');
+    assert.equal(c.batches, before + 1, 'sent as the call filled, in one');
     assert.ok(performance.now() - t0 < 250, `without waiting for the linger: ${performance.now() - t0} ms`);
     assert.ok(got.every((t) => t.allowed));
   });
@@ -247,9 +260,9 @@ describe('ratelimit – the Lua token bucket on Redis', () => {
     for (const k of ['192.0.2.100', '192.0.2.101']) await client.set(`${RATE_LIMIT_KEY_PREFIX}${k}`, String(t), 'PX', 60_000);
     const one = new RedisBuckets(client, limits);
     for (let i = 0; i < 7; i++) assert.equal((await one.take('192.0.2.100', 1)).allowed, true);
-    const batch = new RedisBuckets(client, limits);
-    const takes = await Promise.all(Array.from({ length: 7 }, () => batch.take('192.0.2.101', 1)));
-    assert.equal(batch.batches, 1);
+    const counted = countedBuckets(client, limits);
+    const takes = await Promise.all(Array.from({ length: 7 }, () => counted.b.take('192.0.2.101', 1)));
+    assert.equal(counted.batches, 1);
     assert.ok(takes.every((x) => x.allowed));
     const sequential = await client.get(`${RATE_LIMIT_KEY_PREFIX}192.0.2.100`);
     const batched = await client.get(`${RATE_LIMIT_KEY_PREFIX}192.0.2.101`);
@@ -261,11 +274,12 @@ describe('ratelimit – the Lua token bucket on Redis', () => {
   });
 
   test('a turn with more distinct clients than one call carries is split, each client still answered', async () => {
-    const b = new RedisBuckets(client, { rpsPerIp: 1, rateBurst: 1 });
+    const c = countedBuckets(client, { rpsPerIp: 1, rateBurst: 1 });
+    const b = c.b;
     const n = TAKE_MANY_MAX_KEYS + 10;
     const takes = await Promise.all(Array.from({ length: n }, (_, i) => b.take(`198.51.${i >> 8}.${i & 255}`, 1)));
-    assert.equal(b.batches, 2);
-    assert.equal(b.batched, n);
+    assert.equal(c.batches, 2);
+    assert.equal(c.batched, n);
     assert.ok(takes.every((t) => t.allowed && t.remaining === 0));
     const again = await Promise.all([b.take('198.51.0.0', 1), b.take('198.51.1.9', 1)]);
     assert.deepEqual(again.map((t) => t.allowed), [false, false]);

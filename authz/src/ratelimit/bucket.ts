@@ -175,18 +175,16 @@ export class RedisBuckets implements Buckets {
   #lastSentAt = 0;
   /** Batches sent and not yet answered (a split batch is several calls). */
   #inFlight = 0;
-  readonly #onCall: () => void;
+  readonly #onCall: (requests: number) => void;
   readonly #batch: BatchPolicy;
-  /** Batches sent and the one-token requests they carried (tests read them; the metric counts calls). */
-  batches = 0;
-  batched = 0;
 
   /**
    * Defines the scripts on `redis`: call before the client sends its first command (auto-pipelining).
-   * `onCall` is told of every script call (the edge_ratelimit_redis_calls_total metric); `batch`
+   * `onCall` is told of every script call and how many requests it carries (the
+   * edge_ratelimit_redis_calls_total metric); `batch`
    * is BATCH but in tests.
    */
-  constructor(redis: Redis, limits: BucketLimits, onCall: () => void = () => {}, batch: BatchPolicy = BATCH) {
+  constructor(redis: Redis, limits: BucketLimits, onCall: (requests: number) => void = () => {}, batch: BatchPolicy = BATCH) {
     this.#onCall = onCall;
     this.#batch = batch;
     redis.defineCommand('edgeRateLimitTake', { numberOfKeys: 1, lua: TAKE_SCRIPT });
@@ -209,7 +207,7 @@ export class RedisBuckets implements Buckets {
    */
   take(client: string, hits: number): Promise<Take> {
     if (hits !== 1) {
-      this.#onCall();
+      this.#onCall(1);
       return this.#takeSingle(client, hits);
     }
     return new Promise<Take>((resolve, reject) => {
@@ -275,9 +273,9 @@ export class RedisBuckets implements Buckets {
     for (const c of clients) args.push(RATE_LIMIT_KEY_PREFIX + c);
     args.push(this.#interval, this.#burst);
     for (const w of waiters) args.push(w.length);
-    this.batches++;
-    for (const w of waiters) this.batched += w.length;
-    this.#onCall();
+    let requests = 0;
+    for (const w of waiters) requests += w.length;
+    this.#onCall(requests);
     this.#inFlight++;
     this.#cmd.edgeRateLimitTakeMany(...args).then((out) => {
       this.#inFlight--;
