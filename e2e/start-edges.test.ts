@@ -408,3 +408,76 @@ test('npm start on a fresh clone says what it installs before the ~20 s of pip',
     rmSync(clone, { recursive: true, force: true });
   }
 });
+
+/**
+ * Runs `npm start` on a pseudo-terminal (Python's pty module: Node has none) and prints what it
+ * read until READY; then exits, which closes the terminal: the kernel sends SIGHUP, and every later
+ * write to it fails with EIO (issue 32: the crash handler used to loop on that at full CPU).
+ */
+const PTY_RUNNER = `
+import os, pty, select, sys, time
+pid, fd = pty.fork()
+if pid == 0:
+    os.execvp('npm', ['npm', 'start'])
+buf, end = b'', time.time() + 60
+while b'READY' not in buf and time.time() < end:
+    if select.select([fd], [], [], 0.2)[0]:
+        try:
+            buf += os.read(fd, 65536)
+        except OSError:
+            break
+sys.stdout.write(buf.decode(errors='replace'))
+sys.stdout.flush()
+# Hold the terminal until told, then let it go with this process.
+sys.stdin.read(1)
+`;
+
+/** Requests for a while (the stack logs each one), whatever they answer; stops at the first refused connection. */
+async function load(port: number, ms: number): Promise<number> {
+  let sent = 0;
+  const end = Date.now() + ms;
+  while (Date.now() < end) {
+    try {
+      await Promise.all([0, 1, 2, 3].map(() => fetch(`http://127.0.0.1:${port}/v1/markets?limit=1`, { signal: AbortSignal.timeout(2000) }).then((r) => r.arrayBuffer())));
+      sent += 4;
+    } catch {
+      break;
+    }
+  }
+  return sent;
+}
+
+test('npm start survives its terminal: the terminal closed or the output pipe broken under load stops the whole stack in order; every port free, nothing spinning', { timeout: 120_000 }, async () => {
+  const GRACE_MS = 1000;
+  const [tty, pipe] = [await fresh(), await fresh()];
+  try {
+    // The terminal: a pty that goes away while requests are coming in.
+    const term = new Proc(spawn('python3', ['-c', PTY_RUNNER], { cwd: ROOT, env: tty.env, stdio: ['pipe', 'pipe', 'pipe'], detached: true }));
+    // The pipe: `npm start | tee log`, then tee is gone (Ctrl-C'd on its own, the terminal kept).
+    const piped = Proc.npm(pipe.env);
+    await Promise.all([term.waitFor(/start: READY/, 60_000), piped.waitFor(/start: READY/, 60_000)]);
+    const t0 = Date.now();
+    const loads = [load(tty.ports.EDGE_PORT, 5000), load(pipe.ports.EDGE_PORT, 5000)];
+    await sleep(500);
+    term.child.stdin?.end('x');
+    piped.child.stdout?.destroy();
+    piped.child.stderr?.destroy();
+    const sent = await Promise.all(loads);
+    assert.ok(sent.every((n) => n > 0), `requests were sent while the output went away: ${sent.join(', ')}`);
+    // Stopped in order: the TS service's grace, Envoy's and Redis's own stop, and a margin of 5 s
+    // for a busy 2-core machine; before the fix the stack never stopped (start.ts spun on EIO).
+    for (const f of [tty, pipe]) {
+      let procs = stackProcesses(f.runDir);
+      while (procs.length > 0 && Date.now() - t0 < GRACE_MS + 15_000) {
+        await sleep(200);
+        procs = stackProcesses(f.runDir);
+      }
+      assert.deepEqual(procs.map((p) => p.cmd), [], `no process of the stack is left ${Date.now() - t0} ms after the output went away`);
+      await nothingLeft(f);
+    }
+    assert.equal(await piped.exit(5000), 0, piped.out);
+  } finally {
+    cleanUp(tty);
+    cleanUp(pipe);
+  }
+});

@@ -38,10 +38,33 @@ import { renderEnvoy } from '../envoy/render.ts';
 import { generateDevPki, issue, publishClientCert } from './dev/certs.ts';
 
 const ROOT = fileURLToPath(new URL('../', import.meta.url));
-const say = (msg: string): void => void process.stdout.write(`npm start: ${msg}\n`);
+
+/**
+ * Output that may go away: a terminal closed, or the reader of a pipe (`npm start | tee log`,
+ * then Ctrl-C) gone. A failed write (EIO, EPIPE) is a hang-up: nothing more is written and the
+ * stack stops in order, as on SIGHUP (`onHangUp`, set once the stack starts). Writing after that
+ * would only fail again; writing from the error's own handler used to loop at full CPU.
+ */
+let outputGone = false;
+let onHangUp = (): void => undefined;
+function hangUp(): void {
+  if (outputGone) return;
+  outputGone = true;
+  onHangUp();
+}
+for (const stream of [process.stdout, process.stderr]) stream.on('error', hangUp);
+function emit(stream: NodeJS.WriteStream, text: string | Uint8Array): void {
+  if (outputGone) return;
+  try {
+    stream.write(text);
+  } catch {
+    hangUp();
+  }
+}
+const say = (msg: string): void => emit(process.stdout, `npm start: ${msg}\n`);
 /** Refused before anything started: one line, exit code 2. */
 function refuse(msg: string): never {
-  process.stderr.write(`npm start: ${msg}\n`);
+  emit(process.stderr, `npm start: ${msg}\n`);
   process.exit(2);
 }
 
@@ -279,7 +302,12 @@ function launch(svc: Service): void {
   if (stopping) return;
   // detached: a process group of its own, so a Ctrl-C at the terminal reaches only this
   // process, which stops the children in order.
-  const proc = spawn(svc.cmd, [...svc.args], { env: svc.env, stdio: ['ignore', 'inherit', 'inherit'], detached: true });
+  // Their output goes through this process, never straight to the terminal: when the terminal or
+  // the pipe goes away, the children keep writing to a pipe that is still read (and dropped here)
+  // while they are stopped in order, instead of each failing its own writes.
+  const proc = spawn(svc.cmd, [...svc.args], { env: svc.env, stdio: ['ignore', 'pipe', 'pipe'], detached: true });
+  proc.stdout?.on('data', (chunk: Buffer) => emit(process.stdout, chunk));
+  proc.stderr?.on('data', (chunk: Buffer) => emit(process.stderr, chunk));
   const exited = new Promise<string>((resolve) => {
     proc.once('exit', (code, signal) => resolve(code === null ? `signal ${signal ?? '?'}` : `code ${code}`));
     proc.once('error', (err) => resolve(`could not start: ${err.message}`));
@@ -412,6 +440,8 @@ keepDevEnvCurrent();
 shutdownGraceMs = plan.config.shutdownGraceMs;
 envoyAdminPort = plan.config.envoyAdminPort;
 for (const sig of ['SIGINT', 'SIGTERM', 'SIGHUP'] as const) process.on(sig, () => void stop(0));
+onHangUp = () => void stop(0);
+if (outputGone) onHangUp();
 writeFileSync(PID_FILE, `${JSON.stringify({ pid: process.pid, edge: `http://127.0.0.1:${plan.config.edgePort}`, ports: Object.fromEntries(plan.ports) })}\n`);
 process.on('exit', () => {
   // After stop() every child has exited; after an internal error, leave nothing behind either.
@@ -422,8 +452,12 @@ process.on('exit', () => {
   }
   removePidFile();
 });
+// Said once: an error while stopping (or while saying so) must not start the handler again.
+let crashed = false;
 process.on('uncaughtException', (err) => {
-  process.stderr.write(`npm start: internal error: ${err.stack ?? String(err)}\n`);
+  if (crashed) return;
+  crashed = true;
+  emit(process.stderr, `npm start: internal error: ${err.stack ?? String(err)}\n`);
   void stop(1);
 });
 

@@ -9,11 +9,11 @@ import cluster from 'node:cluster';
 import { checkSettingNames, loadConfig } from './common/config.ts';
 import { loadCredentials } from './common/credentials.ts';
 import { defaultGeoipWarning } from './common/geoip-default.ts';
-import { createLogger } from './common/log.ts';
+import { createLogger, logOutput } from './common/log.ts';
 import { runPrimary, runSingle, runWorker } from './process.ts';
 
 const config = loadConfig();
-const logger = createLogger(config.logLevel);
+const logger = createLogger(config.logLevel, logOutput());
 // Variables that look like settings but are none (STRICT_SETTINGS=1: refused, like a bad value).
 const unknownSettings = checkSettingNames(process.env);
 if (!cluster.isWorker) for (const u of unknownSettings) logger.warn({ setting: u.name, nearest: u.nearest }, `${u.message}; it is ignored`);

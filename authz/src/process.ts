@@ -41,8 +41,11 @@ function listenAdmin(admin: Server, config: Config): Promise<void> {
   }));
 }
 
+/** The signals that seal and stop the service; SIGHUP too (a terminal or log pipe gone: common/log.ts). */
+const STOP_SIGNALS = ['SIGTERM', 'SIGINT', 'SIGHUP'] as const;
+
 function onSignals(seal: (reason: string) => void): void {
-  for (const sig of ['SIGTERM', 'SIGINT'] as const) process.on(sig, () => seal(sig));
+  for (const sig of STOP_SIGNALS) process.on(sig, () => seal(sig));
 }
 
 async function startApp(config: Config, logger: Logger, withAdmin: boolean): Promise<App> {
@@ -82,7 +85,7 @@ export async function runWorker(config: Config, logger: Logger): Promise<void> {
     if (msg === 'edge:seal') app.seal('primary');
   });
   // The primary forwards signals; a worker ignores them so a Ctrl-C to the group seals once.
-  for (const sig of ['SIGTERM', 'SIGINT'] as const) process.on(sig, () => undefined);
+  for (const sig of STOP_SIGNALS) process.on(sig, () => undefined);
 }
 
 /** The cluster primary: forks workers, serves aggregated metrics and seal, forwards signals. */

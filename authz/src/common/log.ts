@@ -26,6 +26,26 @@ export function createLogger(level: string, destination?: pino.DestinationStream
   );
 }
 
+/**
+ * The service's log output: standard output, as pino writes it by default, except that a write
+ * that fails for good (EIO: the terminal is gone; EPIPE: the reader of the pipe is gone) is a
+ * hang-up. Logging stops (every later line would fail the same way), and the process gets SIGHUP,
+ * which seals it and stops it like SIGTERM (process.ts): a service whose decision log can no
+ * longer be written does not keep deciding. A cluster worker leaves that to the primary, which
+ * shares its output.
+ */
+export function logOutput(): pino.DestinationStream {
+  const out = pino.destination({ dest: 1 });
+  let gone = false;
+  out.on('error', () => {
+    if (gone) return;
+    gone = true;
+    out.write = () => true;
+    process.kill(process.pid, 'SIGHUP');
+  });
+  return out;
+}
+
 /** Hex characters of the nonce tag (48 bits: collisions are rare within a day of ingests). */
 export const NONCE_TAG_HEX = 12;
 
