@@ -13,7 +13,7 @@ import { TYPE_URL } from './names.ts';
  * ~35 KB of Envoy heap, an idle HTTP/1.1 one ~16 KB, one that has sent nothing ~12 KB (for at
  * most FIRST_REQUEST_TIMEOUT_MS); 5,000 of the costliest is ~175 MB, leaving room for Envoy itself
  * and requests in flight. Past it Envoy closes new connections at accept
- * (`listener.<address>.downstream_global_cx_overflow`). Behind a balancer (XFF_NUM_TRUSTED_HOPS ≥
+ * (`listener.edge.downstream_global_cx_overflow`). Behind a balancer (XFF_NUM_TRUSTED_HOPS ≥
  * 1) the edge sees the balancer's few pooled connections, not the clients'.
  */
 export const MAX_DOWNSTREAM_CONNECTIONS = 5_000;

@@ -85,7 +85,7 @@ export const FIRST_REQUEST_TIMEOUT_MS = 10_000;
  * (the HCM then reads the same bytes), and the listener closes a connection that has not sent
  * one within FIRST_REQUEST_TIMEOUT_MS (`continue_on_listener_filters_timeout: false`). Bytes
  * that are not HTTP go on to the HCM, which answers 400. Counted by
- * `listener.<address>.downstream_pre_cx_timeout`.
+ * `listener.edge.downstream_pre_cx_timeout`.
  */
 export function firstRequestDeadline(): JsonObject {
   return {
@@ -99,6 +99,8 @@ export function firstRequestDeadline(): JsonObject {
 export function listener(config: Config, opts: RenderOptions): JsonObject {
   return {
     name: 'edge',
+    // listener.edge.* whatever the port (downstream_pre_cx_timeout, downstream_global_cx_overflow).
+    stat_prefix: 'edge',
     address: socketAddress('0.0.0.0', config.edgePort),
     // Edge best practice; the per-route body limits raise the stream buffer where needed.
     per_connection_buffer_limit_bytes: 32_768,

@@ -133,6 +133,7 @@ for (const [name, variant] of Object.entries(VARIANTS)) {
       assert.deepEqual(l['listener_filters'], [{ name: FILTER.httpInspector, typed_config: { '@type': TYPE_URL.httpInspector } }]);
       assert.equal(l['listener_filters_timeout'], duration(FIRST_REQUEST_TIMEOUT_MS));
       assert.equal(l['continue_on_listener_filters_timeout'], false, 'a timed-out connection is closed, not handed to the HCM');
+      assert.equal(l['stat_prefix'], 'edge', 'listener.edge.* whatever the port');
       assert.ok(FIRST_REQUEST_TIMEOUT_MS >= 5_000 && FIRST_REQUEST_TIMEOUT_MS <= 15_000, 'seconds, not the 300-s idle timeout');
       // Kept-alive clients between requests keep the connection idle timeout.
       assert.equal(at(hcmOf(r.bootstrap), 'common_http_protocol_options.idle_timeout'), '300s');
