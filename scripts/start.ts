@@ -334,7 +334,7 @@ async function waitFor(probe: () => Promise<Probe>, timeoutMs: number): Promise<
   return last;
 }
 
-/** Why a connection or request failed, in a few words (`connection refused`, `timed out after 2 s`). */
+/** Why a connection or request failed, in a few words (`connection refused (nothing listening)`, `no answer within 2 s`). */
 function failure(err: unknown): string {
   const e = err as { name?: string; code?: string; cause?: { code?: string; message?: string }; message?: string };
   if (e.name === 'TimeoutError') return 'no answer within 2 s';
