@@ -12,13 +12,14 @@
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { createHash, randomBytes } from 'node:crypto';
-import { connect } from 'node:net';
+import { readFileSync } from 'node:fs';
+import { connect, type Socket } from 'node:net';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { geoFixtures } from '../authz/test/geo-fixtures.ts';
 import { NONCE_TAG_HEX } from '../authz/src/common/log.ts';
 import { PAGE_CACHE_MAX_BYTES, PAGE_CACHE_MAX_ENTRIES } from '../authz/src/market/redis-store.ts';
 import { SHOWN_NAME_MAX } from '../authz/src/market/http.ts';
-import { XFF_POLICY, XFF_RBAC_STAT_PREFIX } from '../envoy/render.ts';
+import { FIRST_REQUEST_TIMEOUT_MS, MAX_DOWNSTREAM_CONNECTIONS, XFF_POLICY, XFF_RBAC_STAT_PREFIX } from '../envoy/render.ts';
 import { PEER_CIDRS, startStack, type Stack } from './lib/driver.ts';
 import { allowedIp, errorCode, ingest, KP_IP, orderBody, request, signed, uniqueId } from './lib/client.ts';
 
@@ -268,5 +269,115 @@ describe('attacks on one stack', () => {
     assert.ok(line !== undefined, 'the denial is logged');
     assert.equal(line['nonceTag'], createHash('sha256').update(nonce).digest('hex').slice(0, NONCE_TAG_HEX));
     assert.ok(!stack.logs().includes(nonce.slice(0, 12)), 'no part of the nonce is logged');
+  });
+});
+
+/**
+ * How many of `want` sockets this process can hold beside what it already uses: its open-file
+ * limit (/proc/self/limits) less a spare 1,000. Node raises its soft limit to the hard one at
+ * start (checked: 4,096 under `ulimit -Sn 4096` reads 20,000 here), and the stack's Envoy inherits
+ * it, so only the hard limit can make this smaller than `want`.
+ */
+function socketsWeCanOpen(want: number): number {
+  const m = /^Max open files\s+(\d+|unlimited)/m.exec(readFileSync('/proc/self/limits', 'utf8'));
+  const soft = m?.[1] === 'unlimited' ? Number.MAX_SAFE_INTEGER : Number(m?.[1] ?? 0);
+  return Math.max(0, Math.min(want, soft - 1_000));
+}
+
+/** One TCP connection that sends nothing: when it opened, and when the edge closed it. */
+interface Silent { readonly openedAt: number; closedAt?: number; readonly sock: Socket }
+
+describe('attack (issue 26): silent connections, zone ids in X-Forwarded-For, floods of malformed entries', () => {
+  const WANT = 10_000;
+  let stack: Stack;
+  let n = 0;
+  before(async () => {
+    n = socketsWeCanOpen(WANT);
+    if (n < WANT) process.stdout.write(`# open-file limit: ${n} silent connections instead of ${WANT}\n`);
+    stack = await startStack({ env: ENV, geoipDb: geoFixtures().geoip2 });
+  });
+  after(async () => stack?.stop());
+
+  test('attack: a zone id in the trusted entry, in any spelling, → 400 bad_request naming X-Forwarded-For (never the bare address)', async () => {
+    const before = await envoyStat(stack, XFF_STAT);
+    const zones = ['2001:67c:2e8::1%0', '192.0.2.70%0', '2001:db8:3::1%25eth0', '2001:db8:3::1%eth0', '[2001:db8:3::1%0]', 'fe80::1%1', '2001:db8:3::1%', ' 2001:db8:3::1%0 '];
+    for (const xff of zones) {
+      // Through a proxy that appends what it saw: the zone id is in the entry the edge trusts.
+      const r = await raw(stack, `GET /v1/geoblock HTTP/1.1\r\nhost: edge\r\nx-forwarded-for: 203.0.113.5, ${xff}\r\nconnection: close\r\n\r\n`);
+      assert.equal(r.status, 400, `X-Forwarded-For ${JSON.stringify(xff)}: ${r.body}`);
+      const json = JSON.parse(r.body) as { error: string; message: string };
+      assert.equal(json.error, 'bad_request');
+      assert.match(json.message, /X-Forwarded-For/);
+    }
+    assert.equal(await envoyStat(stack, XFF_STAT) - before, zones.length, 'each refused by the XFF guard');
+    // A zone id further left is not the trusted entry: the client is the last one.
+    assert.equal((await request(stack, 'GET', '/', { ip: 'fe80::1%0, 192.0.2.71' })).status, 200);
+  });
+
+  test('attack: a flood of malformed entries from one TCP peer gets 429 after the burst (the peer\'s bucket pays; allowed ≤ burst + rate × t)', async () => {
+    const t0 = Date.now();
+    const total = 150;
+    const statuses = await Promise.all(Array.from({ length: total }, (_, i) => {
+      const xff = i % 3 === 0 ? `2001:db8:3::${i.toString(16)}%0` : i % 3 === 1 ? `198.51.100.${i % 100}:80` : 'unknown';
+      return fetch(`${stack.edgeUrl}/v1/markets`, { headers: { 'x-forwarded-for': xff } }).then(async (r) => { await r.arrayBuffer(); return r.status; });
+    }));
+    const seconds = (Date.now() - t0) / 1000;
+    const refused = statuses.filter((s) => s === 400).length;
+    const limited = statuses.filter((s) => s === 429).length;
+    assert.equal(refused + limited, total, `only 400 and 429: ${[...new Set(statuses)].join(',')}`);
+    // RATE_BURST 40, RPS_PER_IP 20 (the defaults); every entry a fresh address, so without the
+    // peer's bucket all 150 would be 400.
+    const bound = 40 + 20 * seconds + 1;
+    assert.ok(refused <= bound, `${refused} of ${total} answered 400 in ${seconds.toFixed(2)} s; the peer's bound is ${bound.toFixed(1)}`);
+    assert.ok(limited >= total - bound && limited > 0, `${limited} got 429`);
+    // Another client (a well-formed entry) is unaffected.
+    assert.equal((await request(stack, 'GET', '/', { ip: '192.0.2.72' })).status, 200);
+  });
+
+  test(`attack: ${WANT.toLocaleString('en')} connections that never send a request are closed within FIRST_REQUEST_TIMEOUT_MS (+5 s), or refused past the connection cap; a kept-alive client is not`, { timeout: 120_000 }, async () => {
+    const port = Number(new URL(stack.edgeUrl).port);
+    const deadline = FIRST_REQUEST_TIMEOUT_MS;
+    const margin = 5_000; // a busy 2-core machine: Envoy's timer fires on time, closing thousands takes < 1 s
+    const stats = async (): Promise<[number, number]> => [await envoyStat(stack, 'listener.edge.downstream_pre_cx_timeout'), await envoyStat(stack, 'listener.edge.downstream_global_cx_overflow')];
+    const [timedOut0, overflow0] = await stats();
+    // A client that did send a request keeps its connection past the deadline (HCM idle_timeout 300 s).
+    const kept = connect(port, '127.0.0.1');
+    let keptClosed = false;
+    kept.on('close', () => { keptClosed = true; });
+    kept.on('error', () => undefined);
+    const answered = new Promise<void>((resolve) => kept.once('data', () => resolve()));
+    kept.write('GET /healthz HTTP/1.1\r\nhost: edge\r\nx-forwarded-for: 192.0.2.73\r\n\r\n');
+    await answered;
+
+    const silent: Silent[] = [];
+    for (let i = 0; i < n; i += 500) {
+      await Promise.all(Array.from({ length: Math.min(500, n - i) }, () => new Promise<void>((resolve) => {
+        const c: Silent = { openedAt: Date.now(), sock: connect(port, '127.0.0.1') };
+        silent.push(c);
+        c.sock.once('connect', () => resolve());
+        c.sock.once('close', () => { c.closedAt = Date.now(); resolve(); });
+        c.sock.on('error', () => undefined); // a reset past the cap: closed all the same
+      })));
+    }
+    const openedIn = Date.now() - silent[0]!.openedAt;
+    const end = Date.now() + deadline + margin;
+    while (silent.some((c) => c.closedAt === undefined) && Date.now() < end) await sleep(100);
+    const open = silent.filter((c) => c.closedAt === undefined);
+    for (const c of open) c.sock.destroy();
+    assert.equal(open.length, 0, `${open.length} of ${n} still open ${((deadline + margin) / 1000)} s after the last was opened`);
+    const lived = silent.map((c) => c.closedAt! - c.openedAt);
+    const heldToDeadline = lived.filter((ms) => ms >= deadline - 1_000);
+    assert.ok(lived.every((ms) => ms <= deadline + margin), `longest ${Math.max(...lived)} ms`);
+    const [timedOut, overflow] = await stats();
+    // Every one was either held until the deadline or refused at accept (the overload manager's cap).
+    assert.equal((timedOut - timedOut0) + (overflow - overflow0), n, `timed out ${timedOut - timedOut0}, over the cap ${overflow - overflow0}`);
+    assert.equal(heldToDeadline.length, timedOut - timedOut0, 'the ones Envoy timed out are the ones that lived to the deadline');
+    assert.ok(timedOut - timedOut0 <= MAX_DOWNSTREAM_CONNECTIONS, 'never more held than the cap');
+    process.stdout.write(`# ${n} silent connections opened in ${openedIn} ms: ${timedOut - timedOut0} closed at ${Math.min(...heldToDeadline)}–${Math.max(...heldToDeadline)} ms `
+      + `(deadline ${deadline} ms), ${overflow - overflow0} refused past the cap of ${MAX_DOWNSTREAM_CONNECTIONS}\n`);
+    assert.equal(keptClosed, false, 'the client that sent a request still has its connection');
+    kept.write('GET /healthz HTTP/1.1\r\nhost: edge\r\nx-forwarded-for: 192.0.2.73\r\nconnection: close\r\n\r\n');
+    const again = await new Promise<string>((resolve) => { let got = ''; kept.on('data', (d: Buffer) => { got += d.toString(); }); kept.once('close', () => resolve(got)); });
+    assert.match(again, /^HTTP\/1\.1 200 /);
   });
 });

@@ -409,6 +409,49 @@ test('npm start on a fresh clone says what it installs before the ~20 s of pip',
   }
 });
 
+test('npm start with nothing trusted (GEO_TRUSTED_CIDRS empty, GEO_UNKNOWN=block) becomes ready: readiness is the TS service\'s /healthz and Envoy\'s admin /ready, never a route geo may refuse', { timeout: 90_000 }, async () => {
+  const f = await fresh({ GEO_TRUSTED_CIDRS: '', GEO_UNKNOWN: 'block' });
+  const stack = Proc.npm(f.env);
+  try {
+    await stack.waitFor(/start: READY/, 60_000);
+    const edge = `http://127.0.0.1:${f.ports.EDGE_PORT}`;
+    assert.match(stack.out, new RegExp(`start: READY {2}the TS service GET 127\\.0\\.0\\.1:${f.ports.MARKET_PORT}/healthz → 200, Envoy admin GET /ready → 200\n`));
+    // The banner says what this machine gets through the edge, and why.
+    assert.match(stack.out, new RegExp(`this machine {2}GET ${edge}/healthz → 451 restricted_jurisdiction \\(geo judges 127\\.0\\.0\\.1 like any client: it is not in GEO_TRUSTED_CIDRS\\)`));
+    const viaEdge = await fetch(`${edge}/healthz`);
+    assert.equal(viaEdge.status, 451, 'loopback has no GeoIP record: blocked by design');
+    assert.equal((await viaEdge.json() as { error: string }).error, 'restricted_jurisdiction');
+    assert.equal((await fetch(`http://127.0.0.1:${f.ports.MARKET_PORT}/healthz`)).status, 200);
+    assert.equal(await (await fetch(`http://127.0.0.1:${f.ports.ENVOY_ADMIN_PORT}/ready`)).text(), 'LIVE\n');
+    process.kill(-stack.child.pid!, 'SIGINT');
+    assert.equal(await stack.exit(20_000), 0, stack.out);
+    await nothingLeft(f);
+  } finally {
+    cleanUp(f);
+  }
+});
+
+test('npm start names the component that does not become ready and its last answer: Envoy that never listens, a TS service whose store is down', { timeout: 120_000 }, async () => {
+  // An "Envoy" that runs and never opens its admin port.
+  const fakeDir = mkdtempSync(join(tmpdir(), 'edge-fake-envoy-'));
+  const fake = join(fakeDir, 'envoy');
+  writeFileSync(fake, '#!/bin/sh\nexec sleep 600\n', { mode: 0o755 });
+  const silentEnvoy = await fresh({ ENVOY_BIN: fake });
+  // A Redis nobody listens on: the TS service runs, its /healthz says the store is not ready.
+  const noStore = await fresh({ REDIS_URL: `redis://127.0.0.1:${await freePort()}/0` });
+  const runs = [silentEnvoy, noStore].map((f) => ({ f, p: Proc.npm(f.env) }));
+  try {
+    const codes = await Promise.all(runs.map((r) => r.p.exit(75_000)));
+    assert.deepEqual(codes, [1, 1], runs.map((r) => r.p.out).join('\n----\n'));
+    assert.match(runs[0]!.p.out, new RegExp(`npm start: Envoy did not become ready within 30 s: GET http://127\\.0\\.0\\.1:${silentEnvoy.ports.ENVOY_ADMIN_PORT}/ready: connection refused \\(nothing listening\\)\n`));
+    assert.match(runs[1]!.p.out, new RegExp(`npm start: the TS service did not become ready within 30 s: GET http://127\\.0\\.0\\.1:${noStore.ports.MARKET_PORT}/healthz answered 503 \\{"status":"unavailable","checks":\\{[^}]*"store":false`));
+    for (const r of runs) await nothingLeft(r.f);
+  } finally {
+    for (const r of runs) cleanUp(r.f);
+    rmSync(fakeDir, { recursive: true, force: true });
+  }
+});
+
 /**
  * Runs `npm start` on a pseudo-terminal (Python's pty module: Node has none) and prints what it
  * read until READY; then exits, which closes the terminal: the kernel sends SIGHUP, and every later

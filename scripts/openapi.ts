@@ -175,8 +175,8 @@ methods are described under \`x-unlisted-routes\`.
 **Client address.** The TCP peer, or with \`XFF_NUM_TRUSTED_HOPS\`=n the n-th address from the right of
 \`X-Forwarded-For\`; an IPv4-mapped address (\`::ffff:a.b.c.d\`) is its IPv4. With n ≥ 1, a request that
 sends \`X-Forwarded-For\` whose n-th entry from the right is missing or not a bare IP address (\`1.2.3.4:80\`,
-\`[::1]\`, \`unknown\`, empty, a trailing comma, a zone id) is answered 400 \`bad_request\` naming
-X-Forwarded-For, before the rate limit; a request without \`X-Forwarded-For\` is judged by its TCP peer. Rate limit: token bucket per address, \`RATE_BURST\` (default ${defaults.rateBurst}) tokens,
+\`[::1]\`, \`unknown\`, empty, a trailing comma, a zone id such as \`%0\`) is answered 400 \`bad_request\` naming
+X-Forwarded-For, and takes a token from the TCP peer's rate-limit bucket (429 once it is empty); a request without \`X-Forwarded-For\` is judged by its TCP peer. Rate limit: token bucket per address, \`RATE_BURST\` (default ${defaults.rateBurst}) tokens,
 refilled with \`RPS_PER_IP\` (default ${defaults.rpsPerIp}) per second; answers carry \`X-RateLimit-*\`.
 
 **Status pass-through.** \`POST /v1/orders\` returns the order backend's own status and body unchanged

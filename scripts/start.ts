@@ -4,8 +4,11 @@
  *   Redis (a private redis-server when one is installed and REDIS_URL is unset; else the
  *   in-memory stores) · development certificates and keys (generated into .run/, never
  *   committed) · the demo mTLS order backend (unless ORDER_BACKEND_URL is set) · the TS
- *   service · Envoy. Every setting of the README is honoured. Ready when
- *   GET http://127.0.0.1:$EDGE_PORT/healthz answers 200.
+ *   service · Envoy. Every setting of the README is honoured. Ready when the TS service's
+ *   GET /healthz (MARKET_PORT) and Envoy's admin GET /ready (ENVOY_ADMIN_PORT) answer 200; the
+ *   banner then says what GET http://127.0.0.1:$EDGE_PORT/healthz answers this machine (200,
+ *   or 451 when loopback is not in GEO_TRUSTED_CIDRS and geo blocks it: readiness never goes
+ *   through geo). A component that does not become ready is named with its last answer.
  *
  * Before anything starts, every setting is checked (loadConfig, loadCredentials and the
  * development ones): a bad one ends it with one line naming the variable and what was expected,
@@ -285,7 +288,7 @@ interface Service {
   readonly args: readonly string[];
   readonly env: NodeJS.ProcessEnv;
   /** One readiness probe. */
-  readonly ready: () => Promise<boolean>;
+  readonly ready: () => Promise<Probe>;
   run?: Run;
   delayMs: number;
   restarts: number;
@@ -337,31 +340,50 @@ function onExit(svc: Service, how: string, upMs: number): void {
     if (stopping) return;
     launch(svc);
     const run = svc.run;
-    void waitFor(svc.ready, 30_000).then((ok) => {
-      if (ok && !stopping && svc.run === run) say(`${svc.label} is back (pid ${run?.proc.pid ?? '?'})`);
+    void waitFor(svc.ready, 30_000).then((p) => {
+      if (stopping || svc.run !== run) return;
+      say(p.ok ? `${svc.label} is back (pid ${run?.proc.pid ?? '?'})` : `${svc.label} is not ready 30 s after its restart: ${p.answer}`);
     });
   }, delay);
 }
 
-async function waitFor(probe: () => Promise<boolean>, timeoutMs: number): Promise<boolean> {
+/** A readiness probe's outcome; `answer` says what the component answered (for messages). */
+interface Probe { readonly ok: boolean; readonly answer: string }
+
+/** Probes until one passes or `timeoutMs` is up: the last outcome. */
+async function waitFor(probe: () => Promise<Probe>, timeoutMs: number): Promise<Probe> {
   const end = Date.now() + timeoutMs;
+  let last: Probe = { ok: false, answer: 'not asked yet' };
   while (Date.now() < end && !stopping) {
-    if (await probe()) return true;
+    last = await probe();
+    if (last.ok) return last;
     await sleep(100);
   }
-  return false;
+  return last;
 }
 
-const httpOk = (url: string) => async (): Promise<boolean> => {
+/** Why a connection or request failed, in a few words (`connection refused (nothing listening)`, `no answer within 2 s`). */
+function failure(err: unknown): string {
+  const e = err as { name?: string; code?: string; cause?: { code?: string; message?: string }; message?: string };
+  if (e.name === 'TimeoutError') return 'no answer within 2 s';
+  const code = e.code ?? e.cause?.code;
+  if (code === 'ECONNREFUSED') return 'connection refused (nothing listening)';
+  return code ?? e.cause?.message ?? e.message ?? String(err);
+}
+
+/** GET `url`: ready on 200; else its status and the start of its body (one line). */
+const httpOk = (url: string) => async (): Promise<Probe> => {
   try {
-    return (await fetch(url, { signal: AbortSignal.timeout(2000) })).status === 200;
-  } catch {
-    return false;
+    const res = await fetch(url, { signal: AbortSignal.timeout(2000) });
+    const body = (await res.text()).replace(/\s+/g, ' ').trim().slice(0, 200);
+    return { ok: res.status === 200, answer: `GET ${url} answered ${res.status}${body === '' ? '' : ` ${body}`}` };
+  } catch (err) {
+    return { ok: false, answer: `GET ${url}: ${failure(err)}` };
   }
 };
-const tcpOpen = (port: number) => (): Promise<boolean> => new Promise((resolve) => {
-  const sock = connect(port, '127.0.0.1', () => { sock.destroy(); resolve(true); });
-  sock.once('error', () => resolve(false));
+const tcpOpen = (port: number) => (): Promise<Probe> => new Promise((resolve) => {
+  const sock = connect(port, '127.0.0.1', () => { sock.destroy(); resolve({ ok: true, answer: `127.0.0.1:${port} accepts connections` }); });
+  sock.once('error', (err) => resolve({ ok: false, answer: `127.0.0.1:${port}: ${failure(err)}` }));
 });
 
 /** SIGTERM, then up to `ms` for it to exit; SIGKILL to its process group after that. */
@@ -499,7 +521,7 @@ if (blank('GEOIP_DB')) {
 }
 
 // Redis: honour REDIS_URL; else a private redis-server when installed; else in-memory stores.
-const starting: Promise<[Service, boolean]>[] = [];
+const starting: Promise<[Service, Probe]>[] = [];
 if (plan.redisPort !== undefined) {
   const port = plan.redisPort;
   mkdirSync(join(RUN, 'redis'), { recursive: true, mode: 0o700 });
@@ -512,7 +534,7 @@ if (plan.redisPort !== undefined) {
   services.set('redis', redis);
   launch(redis);
   env['REDIS_URL'] = `redis://127.0.0.1:${port}/0`;
-  starting.push(waitFor(redis.ready, 10_000).then((ok) => [redis, ok]));
+  starting.push(waitFor(redis.ready, 10_000).then((p) => [redis, p]));
   say(`redis-server on 127.0.0.1:${port} (data in ${shown('redis')})`);
 } else if (blank('REDIS_URL')) {
   say('redis-server not found: the TS service will use its in-memory stores (development only)');
@@ -543,12 +565,12 @@ if (plan.backendPort !== undefined) {
     EDGE_CLIENT_CERT_FILE: pki.clientCertFile,
     EDGE_CLIENT_KEY_FILE: pki.clientKeyFile,
   });
-  starting.push(waitFor(backend.ready, 15_000).then((ok) => [backend, ok]));
+  starting.push(waitFor(backend.ready, 15_000).then((p) => [backend, p]));
   say(`demo mTLS order backend on https://localhost:${port} (certificates in ${shown('pki')})`);
 }
-for (const [svc, ok] of await Promise.all(starting)) {
-  if (!ok && !stopping) {
-    say(`${svc.label} did not come up`);
+for (const [svc, p] of await Promise.all(starting)) {
+  if (!p.ok && !stopping) {
+    say(`${svc.label} did not come up: ${p.answer}`);
     await stop(1);
   }
 }
@@ -559,12 +581,14 @@ if (stopping) await stopped();
 const config = loadConfig(env);
 const authz: Service = {
   name: 'authz', label: 'the TS service', cmd: join(ROOT, 'scripts', 'node'), args: [join(ROOT, 'authz/src/main.ts')],
-  env: withServiceRuntime(Object.fromEntries(Object.entries(env).filter(([k]) => !plan.unknown.includes(k)))), ready: httpOk(`http://127.0.0.1:${config.marketPort}/`), delayMs: 500, restarts: 0,
+  // Its own health (authz not sealed, GeoIP and the store ready), asked directly: no geo on the way.
+  env: withServiceRuntime(Object.fromEntries(Object.entries(env).filter(([k]) => !plan.unknown.includes(k)))), ready: httpOk(`http://127.0.0.1:${config.marketPort}/healthz`), delayMs: 500, restarts: 0,
 };
 services.set('authz', authz);
 launch(authz);
-if (!(await waitFor(authz.ready, 30_000)) && !stopping) {
-  say('the TS service did not come up');
+const authzReady = await waitFor(authz.ready, 30_000);
+if (!authzReady.ok && !stopping) {
+  say(`the TS service did not become ready within 30 s: ${authzReady.answer}`);
   await stop(1);
 }
 if (stopping) await stopped();
@@ -576,17 +600,37 @@ if (rendered.sds !== undefined) writeFileSync(sdsPath, rendered.sds);
 const edge = `http://127.0.0.1:${config.edgePort}`;
 const envoy: Service = {
   name: 'envoy', label: 'Envoy', cmd: envoyBinary(env), args: ['-c', join(RUN, 'envoy.yaml'), '--disable-hot-restart', '-l', 'warning'],
-  env: withoutSecrets(), ready: httpOk(`${edge}/healthz`), delayMs: 500, restarts: 0,
+  // Envoy's own readiness (listeners and clusters initialized), on its admin port: not a route
+  // through geo, which may answer this machine 451 by design (GEO_TRUSTED_CIDRS without loopback).
+  env: withoutSecrets(), ready: httpOk(`http://127.0.0.1:${config.envoyAdminPort}/ready`), delayMs: 500, restarts: 0,
 };
 services.set('envoy', envoy);
 launch(envoy);
-if (!(await waitFor(envoy.ready, 30_000)) && !stopping) {
-  say('Envoy did not become ready');
+const envoyReady = await waitFor(envoy.ready, 30_000);
+if (!envoyReady.ok && !stopping) {
+  say(`Envoy did not become ready within 30 s: ${envoyReady.answer}`);
   await stop(1);
+}
+/** What the edge answers this machine's GET /healthz (the whole path: Envoy, rate limit, geo, the TS service). */
+async function throughTheEdge(): Promise<string> {
+  try {
+    const res = await fetch(`${edge}/healthz`, { signal: AbortSignal.timeout(2000) });
+    const text = await res.text();
+    if (res.status === 200) return '200';
+    let code = '';
+    try {
+      code = (JSON.parse(text) as { error?: string }).error ?? '';
+    } catch { /* not JSON */ }
+    const why = res.status === 451 ? ' (geo judges 127.0.0.1 like any client: it is not in GEO_TRUSTED_CIDRS)' : '';
+    return `${res.status}${code === '' ? '' : ` ${code}`}${why}`;
+  } catch (err) {
+    return failure(err);
+  }
 }
 if (!stopping) {
   supervising = true;
-  say(`READY  ${edge}/healthz → 200
+  say(`READY  the TS service GET 127.0.0.1:${config.marketPort}/healthz → 200, Envoy admin GET /ready → 200
+  this machine  GET ${edge}/healthz → ${await throughTheEdge()}
   clients       ${edge}   (Envoy; per-IP rate limit ${config.rpsPerIp}/s burst ${config.rateBurst}, ${config.rateLimitScope === 'global' ? 'global: across replicas, in Redis' : 'local: per Envoy'})
   authz gRPC    127.0.0.1:${config.authzGrpcPort}   (.venv/bin/grpcurl -plaintext 127.0.0.1:${config.authzGrpcPort} list)
   market        127.0.0.1:${config.marketPort}

@@ -15,7 +15,8 @@ const V4_MAPPED_AS_V4 = `%CEL(request.headers['${CLIENT_IP_HEADER}'].startsWith(
  * client can never choose the address geo and rate limiting see, writing an IPv4-mapped address
  * (`::ffff:a.b.c.d`: Envoy prints every mapped form that way) as its IPv4, so both forms are one
  * client; with trusted hops, records in `x-edge-client-port` the port Envoy gave that address (0
- * when it came from X-Forwarded-For, see xffGuardFilter); removes every client-sent `x-envoy-*`
+ * when it came from X-Forwarded-For, see xffGuardFilter), and the TCP peer and its port instead
+ * when the trusted entry carries a zone id (ifZoneId); removes every client-sent `x-envoy-*`
  * header so nobody can ask the router for retries or longer timeouts; removes every client-sent
  * header only the edge sets (EDGE_SET_HEADERS: x-edge-access, x-edge-jurisdiction, …); removes `expect`: Envoy
  * has already answered `100-continue` itself, and any other expectation would reach the
@@ -33,12 +34,47 @@ export function headerMutationFilter(config: Config): TypedExtension {
         // a client's copy never reaches authz, the market service or the order backend.
         ...EDGE_SET_HEADERS.map((h) => ({ remove: h })),
         overwrite(CLIENT_IP_HEADER, '%DOWNSTREAM_REMOTE_ADDRESS_WITHOUT_PORT%'),
-        ...(config.xffNumTrustedHops > 0 ? [overwrite(CLIENT_PORT_HEADER, '%DOWNSTREAM_REMOTE_PORT%')] : []),
+        ...(config.xffNumTrustedHops > 0 ? [
+          overwrite(CLIENT_PORT_HEADER, '%DOWNSTREAM_REMOTE_PORT%'),
+          // A trusted entry with a zone id is the TCP peer, with its port, as when Envoy cannot parse it.
+          overwrite(TCP_PEER.ip, '%DOWNSTREAM_DIRECT_REMOTE_ADDRESS_WITHOUT_PORT%'),
+          overwrite(TCP_PEER.port, '%DOWNSTREAM_DIRECT_REMOTE_PORT%'),
+          overwrite(CLIENT_IP_HEADER, ifZoneId(config.xffNumTrustedHops, TCP_PEER.ip, CLIENT_IP_HEADER)),
+          overwrite(CLIENT_PORT_HEADER, ifZoneId(config.xffNumTrustedHops, TCP_PEER.port, CLIENT_PORT_HEADER)),
+          { remove: TCP_PEER.ip },
+          { remove: TCP_PEER.port },
+        ] : []),
         overwrite(CLIENT_IP_HEADER, V4_MAPPED_AS_V4),
       ],
       formatters: [typedExtension('envoy.formatter.cel', TYPE_URL.celFormatter, { cel_config: { enable_string_functions: true } })],
     },
   });
+}
+
+/**
+ * Scratch headers inside header_mutation only: the TCP peer and its port, for ifZoneId's CEL
+ * (which sees only Envoy's XFF-derived `source.*`). Written and removed by the same filter, so a
+ * client-sent copy is overwritten and none reaches a later filter or an upstream.
+ */
+const TCP_PEER = { ip: 'x-edge-tcp-peer', port: 'x-edge-tcp-peer-port' } as const;
+
+/**
+ * `%CEL(…)%`: header `then` when the X-Forwarded-For entry `hops` from the right (the one Envoy
+ * takes) holds a `%`, i.e. a zone id in any spelling (`%0`, `%25eth0`, `%eth0`, inside
+ * brackets…); else header `otherwise`. Why: Envoy 1.40 parses `2001:db8::1%0` as `2001:db8::1`
+ * (a zero scope id is dropped), so such a request would be judged, and charged to the rate
+ * limit, as an address of the sender's choosing; as the TCP peer with its port it is what an
+ * entry Envoy cannot parse is: the XFF guard refuses it, after the peer's bucket paid for it.
+ * (An IPv6 peer's bucket is the /64 of Envoy's address, which here is the entry's: docs/envoy.md §2.)
+ * The entry is found with split, not a regex: the RE2 program of `(?:,[^,]*){N}` outgrows CEL's
+ * size limit from XFF_NUM_TRUSTED_HOPS = 9. `\x25` is CEL's escape for `%`, which would end the
+ * formatter command.
+ */
+function ifZoneId(hops: number, then: string, otherwise: string): string {
+  const xff = "request.headers['x-forwarded-for']";
+  const entries = `${xff}.split(',')`;
+  return `%CEL('x-forwarded-for' in request.headers && size(${entries}) >= ${hops} && ${entries}[size(${entries}) - ${hops}].contains('\\x25') `
+    + `? request.headers['${then}'] : request.headers['${otherwise}'])%`;
 }
 
 /** RBAC's stats: `http.edge.rbac.client_address.policy.malformed_xff.denied` counts the 400s. */
@@ -56,9 +92,12 @@ export function xffMessage(hops: number): string {
  * rate-limit bucket every such client would share. Envoy tells the two apart itself: an address
  * taken from X-Forwarded-For carries port 0 (`%DOWNSTREAM_REMOTE_PORT%`), the peer its real
  * port. So a request that sent X-Forwarded-For (skip_xff_append keeps the header as the client
- * sent it) and was given a non-zero port was not judged by that header: RBAC denies it before
- * the rate limiter, and a local-reply mapper makes that 400 `bad_request`. An entry with a zone
- * id (`fe80::1%eth0`) parses, but is no bare address either: denied too.
+ * sent it) and was given a non-zero port was not judged by that header: RBAC denies it, and a
+ * local-reply mapper makes that 400 `bad_request`. An entry with a zone id (`fe80::1%eth0`,
+ * `2001:db8::1%0`) may parse, but is no bare address either: header_mutation gives it the peer's
+ * address and port (ifZoneId), so it is denied the same way. The guard runs after the local rate
+ * limiter, so each refusal takes a token from the TCP peer's bucket (the address every such
+ * request is judged by): a flood of malformed entries meets 429 after RATE_BURST, like any other.
  */
 export function xffGuardFilter(): TypedExtension {
   return typedExtension(FILTER.xffGuard, TYPE_URL.rbac, {
@@ -74,7 +113,6 @@ export function xffGuardFilter(): TypedExtension {
               { header: { name: 'x-forwarded-for', present_match: true } },
               { not_id: { header: { name: CLIENT_PORT_HEADER, string_match: { exact: '0' } } } },
             ] } },
-            { header: { name: CLIENT_IP_HEADER, string_match: { contains: '%' } } },
           ],
         },
       },

@@ -51,7 +51,7 @@ export interface RenderOptions {
    * below Node's 5 s keep-alive so Envoy, not the server, closes idle connections.
    */
   readonly upstreamIdleTimeoutSecs?: number;
-  /** Overload-manager cap on downstream connections; default 100000. */
+  /** Overload-manager cap on downstream connections; default MAX_DOWNSTREAM_CONNECTIONS (bootstrap.ts). */
   readonly maxDownstreamConnections?: number;
 }
 

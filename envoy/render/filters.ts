@@ -12,7 +12,7 @@ import { orderBodyFilter } from './order-body.ts';
 import { rateLimitFilter } from './rate-limit.ts';
 
 /**
- * header_mutation → XFF guard (trusted hops only) → local_ratelimit → ext_authz ingest header
+ * header_mutation → local_ratelimit → XFF guard (trusted hops only) → ext_authz ingest header
  * phase (disabled; the ingest route enables it) → [RATELIMIT_SERVICE_ADDRESS: body buffer
  * (disabled; orders and ingest enable it) → ratelimit] → ext_authz (with the TS service as the
  * global limiter, its Check takes the global bucket) → order-body Lua (disabled; the orders route
@@ -20,10 +20,12 @@ import { rateLimitFilter } from './rate-limit.ts';
  */
 export function httpFilters(config: Config, opts: RenderOptions): TypedExtension[] {
   return [
-    // header_mutation first: the XFF guard and the rate limit read the address it writes.
+    // header_mutation first: the rate limit and the XFF guard read the address it writes.
     headerMutationFilter(config),
-    ...(config.xffNumTrustedHops > 0 ? [xffGuardFilter()] : []),
+    // The rate limit before the XFF guard: a refused X-Forwarded-For costs its sender (the TCP
+    // peer) a token like any request (client-address.ts xffGuardFilter).
     rateLimitFilter(config),
+    ...(config.xffNumTrustedHops > 0 ? [xffGuardFilter()] : []),
     ingestHeadersFilter(config, opts),
     // The global limit after the local one (a burst on this replica never costs a round trip), and
     // after a body is whole (global-rate-limit.ts bodyBufferFilter: 413 before anything waits).

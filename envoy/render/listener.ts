@@ -70,13 +70,41 @@ export function httpConnectionManager(config: Config, opts: RenderOptions): Type
   });
 }
 
+/**
+ * How long a new connection has to send its first request line (HTTP/1) or the HTTP/2 preface
+ * before Envoy closes it, in ms. Envoy's HCM has no timer for a connection that never sends a
+ * byte: request_headers_timeout starts at the first byte, and the connection idle_timeout (300 s)
+ * is meant for kept-alive clients between requests. 10 s is request_headers_timeout's value: a
+ * client on a lossy link has room for three SYN-ACK/data retransmissions (1 + 2 + 4 s).
+ */
+export const FIRST_REQUEST_TIMEOUT_MS = 10_000;
+
+/**
+ * What every client listener puts before its filter chain: http_inspector holds a new
+ * connection until its first request line (or the HTTP/2 preface) has arrived, peeking only
+ * (the HCM then reads the same bytes), and the listener closes a connection that has not sent
+ * one within FIRST_REQUEST_TIMEOUT_MS (`continue_on_listener_filters_timeout: false`). Bytes
+ * that are not HTTP go on to the HCM, which answers 400. Counted by
+ * `listener.edge.downstream_pre_cx_timeout`.
+ */
+export function firstRequestDeadline(): JsonObject {
+  return {
+    listener_filters: [typedExtension(FILTER.httpInspector, TYPE_URL.httpInspector)],
+    listener_filters_timeout: duration(FIRST_REQUEST_TIMEOUT_MS),
+    continue_on_listener_filters_timeout: false,
+  };
+}
+
 /** The one listener: plaintext HTTP/1.1 and HTTP/2 on EDGE_PORT. */
 export function listener(config: Config, opts: RenderOptions): JsonObject {
   return {
     name: 'edge',
+    // listener.edge.* whatever the port (downstream_pre_cx_timeout, downstream_global_cx_overflow).
+    stat_prefix: 'edge',
     address: socketAddress('0.0.0.0', config.edgePort),
     // Edge best practice; the per-route body limits raise the stream buffer where needed.
     per_connection_buffer_limit_bytes: 32_768,
+    ...firstRequestDeadline(),
     filter_chains: [{ filters: [httpConnectionManager(config, opts)] }],
   };
 }

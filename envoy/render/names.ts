@@ -40,6 +40,8 @@ export type RouteName = (typeof ROUTE)[keyof typeof ROUTE];
 
 export const FILTER = {
   hcm: 'envoy.filters.network.http_connection_manager',
+  /** Listener filter: a connection must send its first request line before it reaches the HCM. */
+  httpInspector: 'envoy.filters.listener.http_inspector',
   rateLimit: 'envoy.filters.http.local_ratelimit',
   /** The global limit: asks the RateLimitService (RATE_LIMIT_SCOPE=global only). */
   globalRateLimit: 'envoy.filters.http.ratelimit',
@@ -57,7 +59,7 @@ export const FILTER = {
   router: 'envoy.filters.http.router',
 } as const;
 /** The name of an HTTP filter in the chain (what typed_per_filter_config is keyed on). */
-export type HttpFilterName = Exclude<(typeof FILTER)[keyof typeof FILTER], typeof FILTER.hcm>;
+export type HttpFilterName = Exclude<(typeof FILTER)[keyof typeof FILTER], typeof FILTER.hcm | typeof FILTER.httpInspector>;
 
 /** Name of the SDS secret holding the edge's client certificate. */
 export const CLIENT_CERT_SECRET = 'edge_client_cert';
@@ -90,5 +92,6 @@ export const TYPE_URL = {
   upstreamTls: 'type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext',
   secret: 'type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.Secret',
   connLimit: 'type.googleapis.com/envoy.extensions.resource_monitors.downstream_connections.v3.DownstreamConnectionsConfig',
+  httpInspector: 'type.googleapis.com/envoy.extensions.filters.listener.http_inspector.v3.HttpInspector',
 } as const;
 export type TypeUrl = (typeof TYPE_URL)[keyof typeof TYPE_URL];

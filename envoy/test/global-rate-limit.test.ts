@@ -59,7 +59,7 @@ const markOf = (per: Obj, filter: string): unknown => (per[filter] === undefined
 describe('rendered: RATE_LIMIT_SCOPE', () => {
   test('global (the default with REDIS_URL): no ratelimit filter, no rate limit cluster; the Check of every route with an upstream takes the bucket, never the ingest header phase or a route Envoy answers itself', () => {
     const { bootstrap, file } = render({ REDIS_URL: REDIS, XFF_NUM_TRUSTED_HOPS: '1', AUTHZ_GRPC_PORT: '9300' });
-    assert.deepEqual(filterNames(bootstrap), [FILTER.headerMutation, FILTER.xffGuard, FILTER.rateLimit, FILTER.ingestHeaders,
+    assert.deepEqual(filterNames(bootstrap), [FILTER.headerMutation, FILTER.rateLimit, FILTER.xffGuard, FILTER.ingestHeaders,
       FILTER.extAuthz, FILTER.lua, FILTER.router]);
     assert.equal(clusterNamed(bootstrap, CLUSTER.rateLimit), undefined);
     const routes = at(bootstrap, 'static_resources.listeners[0].filter_chains[0].filters[0].typed_config.route_config.virtual_hosts[0].routes') as Obj[];
@@ -83,9 +83,9 @@ describe('rendered: RATE_LIMIT_SCOPE', () => {
     assert.doesNotMatch(v.output, /deprecated/i);
   });
 
-  test('RATELIMIT_SERVICE_ADDRESS: ratelimit filter right after the local bucket, same descriptors, fail open within 100 ms, bodies buffered first, no Check takes a bucket', () => {
+  test('RATELIMIT_SERVICE_ADDRESS: ratelimit filter after the local bucket (and the XFF guard), same descriptors, fail open within 100 ms, bodies buffered first, no Check takes a bucket', () => {
     const { bootstrap, file } = render({ REDIS_URL: REDIS, XFF_NUM_TRUSTED_HOPS: '1', RATELIMIT_SERVICE_ADDRESS: '127.0.0.1:8081' });
-    assert.deepEqual(filterNames(bootstrap), [FILTER.headerMutation, FILTER.xffGuard, FILTER.rateLimit, FILTER.ingestHeaders,
+    assert.deepEqual(filterNames(bootstrap), [FILTER.headerMutation, FILTER.rateLimit, FILTER.xffGuard, FILTER.ingestHeaders,
       FILTER.bodyBuffer, FILTER.globalRateLimit, FILTER.extAuthz, FILTER.lua, FILTER.router]);
     // Bodies are whole before the service is asked: the buffer filter, off in the chain, on for the
     // ingest and orders routes with their limits (a body over it is 413 before anything waits).

@@ -9,6 +9,7 @@ import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
 import http from 'node:http';
 import http2 from 'node:http2';
+import { connect } from 'node:net';
 import { existsSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
@@ -26,6 +27,7 @@ import { main as renderCli, BOOTSTRAP_FILE, SDS_FILE } from '../render-cli.ts';
 import {
   AUTHZ_HEADERS, BAD_REQUEST_CODE, CLIENT_CERT_SECRET, CLIENT_IP_HEADER, CLIENT_PORT_HEADER, CLUSTER, FILTER, ORDER_BODY_FAILURE_PREFIX, orderBodyFailure, ORDER_BODY_LUA, ROUTE,
   REQUEST_ID_FORMAT, XFF_POLICY, canonicalIp, duration, renderEnvoy, xffMessage, type JsonObject, type RenderOptions,
+  FIRST_REQUEST_TIMEOUT_MS, MAX_DOWNSTREAM_CONNECTIONS, TYPE_URL,
 } from '../render.ts';
 import {
   at, certPaths, clusterNamed, hcmOf, perFilter, httpFilters, makeCerts, request, routeNamed, routesOf, startBackendStub, startEnvoy,
@@ -120,10 +122,23 @@ for (const [name, variant] of Object.entries(VARIANTS)) {
       return f;
     };
 
-    test('filter order: header_mutation → XFF guard (trusted hops only) → rate limit → ingest header phase → ext_authz → order-body Lua → router', () => {
+    test('filter order: header_mutation → rate limit → XFF guard (trusted hops only) → ingest header phase → ext_authz → order-body Lua → router', () => {
       const guard = r.config.xffNumTrustedHops > 0 ? [FILTER.xffGuard] : [];
       assert.deepEqual(httpFilters(r.bootstrap).map((f) => f['name']),
-        [FILTER.headerMutation, ...guard, FILTER.rateLimit, FILTER.ingestHeaders, FILTER.extAuthz, FILTER.lua, FILTER.router]);
+        [FILTER.headerMutation, FILTER.rateLimit, ...guard, FILTER.ingestHeaders, FILTER.extAuthz, FILTER.lua, FILTER.router]);
+    });
+
+    test('listener: a connection that sends no request line within FIRST_REQUEST_TIMEOUT_MS is closed (http_inspector, no continue on timeout); connections capped, admin exempt', () => {
+      const l = at(r.bootstrap, 'static_resources.listeners[0]') as Obj;
+      assert.deepEqual(l['listener_filters'], [{ name: FILTER.httpInspector, typed_config: { '@type': TYPE_URL.httpInspector } }]);
+      assert.equal(l['listener_filters_timeout'], duration(FIRST_REQUEST_TIMEOUT_MS));
+      assert.equal(l['continue_on_listener_filters_timeout'], false, 'a timed-out connection is closed, not handed to the HCM');
+      assert.equal(l['stat_prefix'], 'edge', 'listener.edge.* whatever the port');
+      assert.ok(FIRST_REQUEST_TIMEOUT_MS >= 5_000 && FIRST_REQUEST_TIMEOUT_MS <= 15_000, 'seconds, not the 300-s idle timeout');
+      // Kept-alive clients between requests keep the connection idle timeout.
+      assert.equal(at(hcmOf(r.bootstrap), 'common_http_protocol_options.idle_timeout'), '300s');
+      assert.deepEqual(at(r.bootstrap, 'overload_manager.resource_monitors[0].typed_config.max_active_downstream_connections'), MAX_DOWNSTREAM_CONNECTIONS);
+      assert.equal(at(r.bootstrap, 'admin.ignore_global_conn_limit'), true);
     });
 
     test('rate limit: one bucket per client address (IPv4 and IPv4-mapped alike, IPv6 per /64) with RATE_BURST / RPS_PER_IP, enforced on 100%', () => {
@@ -162,8 +177,26 @@ for (const [name, variant] of Object.entries(VARIANTS)) {
       assert.deepEqual(writes.at(-1)!['key'], CLIENT_IP_HEADER);
       assert.match(String(writes.at(-1)!['value']), /^%CEL\(.*startsWith\('::ffff:'\).*substring\(7\).*\)%$/);
       const port = writes.find((w) => w['key'] === CLIENT_PORT_HEADER);
-      if (r.config.xffNumTrustedHops > 0) assert.deepEqual(port, { key: CLIENT_PORT_HEADER, value: '%DOWNSTREAM_REMOTE_PORT%' });
-      else assert.equal(port, undefined);
+      if (r.config.xffNumTrustedHops > 0) {
+        assert.deepEqual(port, { key: CLIENT_PORT_HEADER, value: '%DOWNSTREAM_REMOTE_PORT%' });
+        // A zone id in the trusted entry: address and port become the TCP peer's (scratch headers, removed at once).
+        const hops = r.config.xffNumTrustedHops;
+        const zone = writes.filter((w) => String(w['value']).includes(`.contains('\\x25')`));
+        assert.deepEqual(zone.map((w) => w['key']), [CLIENT_IP_HEADER, CLIENT_PORT_HEADER]);
+        for (const w of zone) {
+          assert.match(String(w['value']), new RegExp(`>= ${hops} && .*\\[size\\(.*\\) - ${hops}\\]`), 'the entry hops from the right');
+          assert.doesNotMatch(String(w['value']).slice(1, -1), /%/, 'no bare % inside the command');
+        }
+        const scratch = writes.filter((w) => String(w['key']).startsWith('x-edge-tcp-peer')).map((w) => [w['key'], w['value']]);
+        assert.deepEqual(scratch, [['x-edge-tcp-peer', '%DOWNSTREAM_DIRECT_REMOTE_ADDRESS_WITHOUT_PORT%'], ['x-edge-tcp-peer-port', '%DOWNSTREAM_DIRECT_REMOTE_PORT%']]);
+        const removes = muts.filter((m) => typeof m['remove'] === 'string').map((m) => m['remove']);
+        assert.ok(removes.includes('x-edge-tcp-peer') && removes.includes('x-edge-tcp-peer-port'));
+        const lastScratch = muts.findLastIndex((m) => JSON.stringify(m).includes("request.headers['x-edge-tcp-peer"));
+        assert.ok(muts.findIndex((m) => m['remove'] === 'x-edge-tcp-peer-port') > lastScratch, 'removed after their last use');
+      } else {
+        assert.equal(port, undefined);
+        assert.ok(!JSON.stringify(muts).includes('x-edge-tcp-peer'));
+      }
       for (const m of muts.filter((x) => x['append'] !== undefined)) assert.equal(at(m, 'append.append_action'), 'OVERWRITE_IF_EXISTS_OR_ADD');
       assert.ok(muts.some((m) => JSON.stringify(m) === JSON.stringify({ remove_on_match: { key_matcher: { prefix: 'x-envoy-' } } })));
       assert.ok(muts.some((m) => JSON.stringify(m) === JSON.stringify({ remove: 'expect' })), 'a client expectation never reaches an upstream');
@@ -174,15 +207,14 @@ for (const [name, variant] of Object.entries(VARIANTS)) {
     });
 
     if (variant.env['XFF_NUM_TRUSTED_HOPS'] !== undefined) {
-      test('XFF guard: a request that sent X-Forwarded-For but got the peer\'s port, or a zone id, is denied and mapped to 400 bad_request', () => {
+      test('XFF guard: a request that sent X-Forwarded-For but got the peer\'s port (a zone id gets it too) is denied and mapped to 400 bad_request', () => {
         const rbac = filterNamed(FILTER.xffGuard)['typed_config'] as Obj;
         assert.equal(at(rbac, 'rules.action'), 'DENY');
         const principals = at(rbac, `rules.policies.${XFF_POLICY}.principals`) as Obj[];
-        assert.deepEqual(principals[0], { and_ids: { ids: [
+        assert.deepEqual(principals, [{ and_ids: { ids: [
           { header: { name: 'x-forwarded-for', present_match: true } },
           { not_id: { header: { name: CLIENT_PORT_HEADER, string_match: { exact: '0' } } } },
-        ] } });
-        assert.deepEqual(principals[1], { header: { name: CLIENT_IP_HEADER, string_match: { contains: '%' } } });
+        ] } }]);
         const first = (hcmOf(r.bootstrap)['local_reply_config'] as { mappers: Obj[] }).mappers[0]!;
         assert.match(JSON.stringify(first['filter']), new RegExp(`rbac_access_denied_matched_policy\\[${XFF_POLICY}\\]`));
         assert.equal(first['status_code'], 400);
@@ -565,6 +597,39 @@ describe('live Envoy 1.40 with the rendered config', { skip: envoyAvailable ? fa
     await request(envoy.edgePort, 'GET', '/v1/markets', { 'x-forwarded-for': '198.51.100.1, 203.0.113.200', 'x-edge-client-ip': '6.6.6.6' });
     assert.equal(inputs[before]?.clientIp, '203.0.113.200');
     assert.equal(market.seen.at(-1)?.headers['x-edge-client-ip'], '203.0.113.200');
+  });
+
+  test('a zone id in the trusted entry (any spelling) → 400 naming X-Forwarded-For, charged to the TCP peer\'s bucket: 429 after RATE_BURST', async () => {
+    for (const zone of ['%0', '%25eth0', '%eth0', '%1']) {
+      // A fresh client address each: only the TCP peer (127.0.0.1) can be what pays.
+      const res = await request(envoy.edgePort, 'GET', '/v1/markets', { 'x-forwarded-for': `203.0.113.${++ip}, 2001:db8:7::${ip}${zone}` });
+      if (res.status === 429) break; // the peer's bucket (RATE_BURST 3) is already spent
+      isContractJson(res, 400, BAD_REQUEST_CODE);
+      assert.match(res.body, /X-Forwarded-For/);
+    }
+    const statuses: number[] = [];
+    for (let i = 0; i < 5; i++) statuses.push((await request(envoy.edgePort, 'GET', '/v1/markets', { 'x-forwarded-for': `2001:db8:7::${++ip}%0` })).status);
+    assert.ok(statuses.includes(429), `the peer's bucket runs out: ${statuses.join(',')}`);
+    assert.deepEqual(statuses.slice(statuses.indexOf(429)), statuses.slice(statuses.indexOf(429)).map(() => 429), statuses.join(','));
+    // The senders' addresses were never charged: one of them, well-formed, is served.
+    assert.equal((await request(envoy.edgePort, 'GET', '/v1/markets', { 'x-forwarded-for': `2001:db8:7::${ip}` })).status, 200);
+    // The scratch headers the zone check uses never leave Envoy, whatever a client sends.
+    const before = inputs.length;
+    await request(envoy.edgePort, 'GET', '/v1/markets', { ...client(), 'x-edge-tcp-peer': '6.6.6.6', 'x-edge-tcp-peer-port': '1' });
+    assert.ok(!Object.keys(market.seen.at(-1)?.headers ?? {}).some((h) => h.startsWith('x-edge-tcp-peer')));
+    assert.ok(inputs.length > before && inputs.at(-1)?.clientIp !== '6.6.6.6');
+  });
+
+  test('a client that sends its request line after a second of silence is served (the first-request deadline is seconds, not a race)', async () => {
+    const res = await new Promise<string>((resolve, reject) => {
+      const sock = connect(envoy.edgePort, '127.0.0.1');
+      let got = '';
+      sock.on('connect', () => setTimeout(() => sock.write(`GET /v1/markets HTTP/1.1\r\nhost: e\r\nx-forwarded-for: 203.0.113.${++ip}\r\nconnection: close\r\n\r\n`), 1000));
+      sock.on('data', (d: Buffer) => { got += d.toString(); });
+      sock.on('end', () => resolve(got));
+      sock.on('error', reject);
+    });
+    assert.match(res, /^HTTP\/1\.1 200 /);
   });
 
   test('a loopback/private peer is external too: it cannot choose x-request-id or send x-envoy-*', async () => {
