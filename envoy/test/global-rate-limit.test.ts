@@ -177,7 +177,7 @@ const envoyAvailable = existsSync(envoyBinary());
 
 describe('live Envoy 1.40: the global rate limit', { skip: envoyAvailable ? false : 'no Envoy binary' }, () => {
   const logger = createLogger('silent', new Writable({ write: (_c, _e, cb) => cb() }));
-  const limits = { rpsPerIp: 1, rateBurst: 3 };
+  const limits = loadConfig({ RPS_PER_IP: '1', RATE_BURST: '3' });
   let redis: PrivateRedis;
   let redisClient: ReturnType<typeof createRedis>;
   let ts: AuthzGrpcServer;
