@@ -30,13 +30,16 @@ export const RATE_LIMIT_KEY_PREFIX = 'edge:rl:';
 
 /**
  * One batch of requests against the buckets, in arrival order (RedisBuckets.take: the requests
- * that arrived while the previous batch was at Redis). KEYS: the distinct buckets of the batch.
- * ARGV[1] the client bucket's emission interval in µs (10^6 / RPS_PER_IP), ARGV[2] its burst
- * (RATE_BURST), ARGV[3] and ARGV[4] the prefix bucket's (RPS_PER_PREFIX, PREFIX_BURST); then three
- * per request: the index in KEYS of its client's bucket, of its prefix's bucket (0: none), and the
- * tokens it takes.
- * Returns {now (µs of Redis's clock), each key's TAT before the batch (KEYS order), then per
- * request 1 (granted) or 0}.
+ * that arrived while the previous batch was at Redis). KEYS: the distinct buckets of the batch
+ * (at most TAKE_MANY_MAX_KEYS). ARGV[1] the client bucket's emission interval in µs
+ * (10^6 / RPS_PER_IP), ARGV[2] its burst (RATE_BURST), ARGV[3] and ARGV[4] the prefix bucket's
+ * (RPS_PER_PREFIX, PREFIX_BURST); then two per run of identical consecutive requests:
+ * `c × 512 + p` (c the index in KEYS of the client's bucket, p of the prefix's, 0: none) and how
+ * many one-token requests the run holds (negative: one request of that many tokens,
+ * hits_addend). A run keeps one busy client's requests to two arguments (the benchmark's one
+ * client: 2 instead of one per request).
+ * Returns {now (µs of Redis's clock), each key's TAT before the batch (KEYS order), then per run
+ * how many of its requests were granted (the first ones: identical requests, tokens only go)}.
  *
  * - A request passes when every bucket it names has the tokens (`tat + hits × interval - now <=
  *   capacity`); then each takes them, the TAT rounded to a whole µs as it is stored (%.0f), so the
@@ -67,27 +70,30 @@ for k = 1, #KEYS do
   out[k + 1] = v
 end
 local n = #KEYS + 1
-for a = 5, #ARGV, 3 do
-  local c, p, hits = tonumber(ARGV[a]), tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2])
-  local ca = tat[c] + hits * ci
-  local ok = ca - now <= ccap
-  local pa
-  if p > 0 then
-    pa = tat[p] + hits * pi
-    ok = ok and pa - now <= pcap
-  end
-  n = n + 1
-  if ok then
+for a = 5, #ARGV, 2 do
+  local code, count = tonumber(ARGV[a]), tonumber(ARGV[a + 1])
+  local c, p = math.floor(code / 512), code % 512
+  local hits = 1
+  if count < 0 then hits, count = -count, 1 end
+  local granted = 0
+  while granted < count do
+    local ca = tat[c] + hits * ci
+    if ca - now > ccap then break end
+    local pa
+    if p > 0 then
+      pa = tat[p] + hits * pi
+      if pa - now > pcap then break end
+    end
     last[c] = ca
     tat[c] = tonumber(string.format('%.0f', ca))
     if p > 0 then
       last[p] = pa
       tat[p] = tonumber(string.format('%.0f', pa))
     end
-    out[n] = 1
-  else
-    out[n] = 0
+    granted = granted + 1
   end
+  n = n + 1
+  out[n] = granted
 end
 for k = 1, #KEYS do
   if last[k] then redis.call('SET', KEYS[k], string.format('%.0f', tat[k]), 'PX', math.ceil((last[k] - now) / 1000)) end
@@ -107,7 +113,7 @@ export function printfRound(x: number): number {
   return f % 2 === 0 ? f : f + 1;
 }
 
-/** At most this many distinct buckets per TAKE_MANY_SCRIPT call (a larger batch is split). */
+/** At most this many distinct buckets per TAKE_MANY_SCRIPT call (a larger batch is split; under 512, the script's index packing). */
 export const TAKE_MANY_MAX_KEYS = 256;
 
 /**
@@ -294,13 +300,26 @@ export class RedisBuckets implements Buckets {
     const args: (string | number)[] = [keys.size];
     for (const k of keys.keys()) args.push(RATE_LIMIT_KEY_PREFIX + k);
     args.push(...this.#limitArgs);
-    for (const r of requests) args.push(keys.get(r.client)!, r.prefix === undefined ? 0 : keys.get(r.prefix)!, r.hits);
+    // Runs of identical consecutive one-token requests: [c × 512 + p, count] (TAKE_MANY_SCRIPT).
+    const runs: number[] = [];
+    let previous = -1;
+    for (const r of requests) {
+      const code = keys.get(r.client)! * 512 + (r.prefix === undefined ? 0 : keys.get(r.prefix)!);
+      if (r.hits === 1 && code === previous) {
+        (args[args.length - 1] as number)++;
+        runs[runs.length - 1]!++;
+        continue;
+      }
+      args.push(code, r.hits === 1 ? 1 : -r.hits);
+      runs.push(1);
+      previous = r.hits === 1 ? code : -1;
+    }
     this.#onCall(requests.length);
     this.#inFlight++;
     this.#cmd.edgeRateLimitTakeMany(...args).then((out) => {
       this.#inFlight--;
       this.#schedule();
-      this.#answer(keys, requests, out);
+      this.#answer(keys, requests, runs, out);
     }, (err: unknown) => {
       this.#inFlight--;
       this.#schedule();
@@ -313,14 +332,20 @@ export class RedisBuckets implements Buckets {
    * Redis's `now` and each key's TAT before the batch, the requests in order, every grant moving
    * its buckets' TATs on (rounded as stored).
    */
-  #answer(keys: ReadonlyMap<string, number>, requests: readonly Pending[], out: readonly number[]): void {
+  #answer(keys: ReadonlyMap<string, number>, requests: readonly Pending[], runs: readonly number[], out: readonly number[]): void {
     const now = out[0]!;
     const tat = out.slice(0, keys.size + 1);
     const c = this.#client;
     const p = this.#prefix;
-    for (let i = 0; i < requests.length; i++) {
+    let run = 0;
+    let inRun = 0;
+    for (let i = 0; i < requests.length; i++, inRun++) {
+      if (inRun === runs[run]) {
+        run++;
+        inRun = 0;
+      }
       const r = requests[i]!;
-      const granted = out[keys.size + 1 + i] === 1;
+      const granted = inRun < out[keys.size + 1 + run]!;
       const ci = keys.get(r.client)!;
       const client = state(tat, ci, r.hits, granted, now, c.interval, c.capacity);
       if (r.prefix === undefined) {
