@@ -87,8 +87,9 @@ export function bodyBufferPerRoute(maxBytes: number): TypedConfig {
  * The same limit as an envoyproxy/ratelimit config file (its `config/*.yaml`): domain, the two
  * client descriptors at RPS_PER_IP per second and the prefix descriptor at RPS_PER_PREFIX. That
  * service counts fixed one-second windows, so it has no burst: RATE_BURST and PREFIX_BURST stay
- * the local stage's; and it counts each descriptor on its own, so a request the prefix refuses
- * still counts against its client (docs/operations.md, "Another rate limit service").
+ * the local stage's; and it keeps each descriptor as a counter of its own, checked and counted
+ * in separate Redis commands, not as one atomic take (docs/operations.md, "Another rate limit
+ * service").
  */
 export function rateLimitServiceConfig(config: Config): string {
   const limit = { unit: 'second', requests_per_unit: config.rpsPerIp };
