@@ -339,6 +339,8 @@ describe('attack: 1,000 /64s of one /48 at full speed get one /48\'s budget (iss
     });
   });
 
+  // Local processes with either driver, as e2e/global-rate-limit.test.ts: two edges on one Redis
+  // is a property of the configuration (e2e/reliability/global-rate-limit.ts).
   describe('global limit (two Envoys on one Redis, the /64s alternating between them)', () => {
     let two: TwoEdges;
     before(async () => {
