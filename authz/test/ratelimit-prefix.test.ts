@@ -24,6 +24,8 @@ import { PrivateRedis } from './redis-server.ts';
 const logger = createLogger('silent', new Writable({ write: (_c, _e, cb) => cb() }));
 const metricsOf = (): ReturnType<typeof createMetrics> => createMetrics({ geoipBuildEpochSecs: () => 0, defaultMetrics: false });
 const limits = (env: Env = {}): BucketLimits => loadConfig(env);
+/** Buckets that refill one token in 100 s: a sequence's answers cannot depend on how busy the machine is. */
+const frozenRates = (rateBurst: number, prefixBurst: number): BucketLimits => ({ rpsPerIp: 0.01, rateBurst, ratePrefixV6: 48, rpsPerPrefix: 0.01, prefixBurst });
 const v6 = (masked: string) => ({ entries: [{ key: 'client', value: 'v6' }, { key: 'masked_remote_address', value: masked }], hitsAddend: undefined });
 const v6Prefix = (masked: string) => ({ entries: [{ key: 'prefix', value: 'v6' }, { key: 'masked_remote_address', value: masked }], hitsAddend: undefined });
 
@@ -136,7 +138,7 @@ describe('ratelimit prefix – the Lua buckets on Redis', () => {
   });
 
   test('all or nothing: a request the prefix refuses takes nothing from its client; one its client refuses takes nothing from the prefix', async () => {
-    const b = new RedisBuckets(client, limits({ RPS_PER_IP: '1', RATE_BURST: '3', RPS_PER_PREFIX: '1', PREFIX_BURST: '4' }));
+    const b = new RedisBuckets(client, frozenRates(3, 4));
     const p = '2001:db8:c::/48';
     // Client A over its own burst: 3 granted, 2 refused by A's bucket; the prefix lost 3, not 5.
     const a = await Promise.all(Array.from({ length: 5 }, () => b.take('2001:db8:c:a::/64', 1, p)));
@@ -155,7 +157,7 @@ describe('ratelimit prefix – the Lua buckets on Redis', () => {
   });
 
   test('a batch answers exactly what one call per request gives, the prefix shared across clients in arrival order', async () => {
-    const l = limits({ RPS_PER_IP: '1', RATE_BURST: '3', RPS_PER_PREFIX: '1', PREFIX_BURST: '7' });
+    const l = frozenRates(3, 7);
     const seq = (i: number): [string, string] => [`2001:db8:${i < 100 ? 'e' : 'f'}:${(i % 4).toString(16)}::/64`, `2001:db8:${i < 100 ? 'e' : 'f'}::/48`];
     const order = [0, 1, 0, 2, 0, 0, 3, 1, 1, 2, 3, 3, 2, 1];
     const one = new RedisBuckets(client, l);
@@ -172,7 +174,7 @@ describe('ratelimit prefix – the Lua buckets on Redis', () => {
 
   test('a batch with more distinct buckets than one call carries is split; a request\'s client and prefix stay in one call', async () => {
     let calls = 0;
-    const b = new RedisBuckets(client, limits({ RPS_PER_IP: '1', RATE_BURST: '1' }), () => { calls++; });
+    const b = new RedisBuckets(client, frozenRates(1, 5), () => { calls++; });
     const n = TAKE_MANY_MAX_KEYS + 20;
     const takes = await Promise.all(Array.from({ length: n }, (_, i) => b.take(`2001:db8:${(0x100 + (i >> 1)).toString(16)}:${i.toString(16)}::/64`, 1, `2001:db8:${(0x100 + (i >> 1)).toString(16)}::/48`)));
     assert.equal(calls, 2, `${n} clients and ${n / 2} prefixes`);

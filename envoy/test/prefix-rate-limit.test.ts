@@ -69,6 +69,7 @@ const envoyAvailable = existsSync(envoyBinary());
 describe('live Envoy 1.40: the prefix bucket', { skip: envoyAvailable ? false : 'no Envoy binary' }, () => {
   const logger = createLogger('silent', new Writable({ write: (_c, _e, cb) => cb() }));
   const limits = loadConfig(LIMITS);
+  const metrics = createMetrics({ geoipBuildEpochSecs: () => 0, defaultMetrics: false });
   let redis: PrivateRedis;
   let redisClient: ReturnType<typeof createRedis>;
   let ts: AuthzGrpcServer;
@@ -87,6 +88,14 @@ describe('live Envoy 1.40: the prefix bucket', { skip: envoyAvailable ? false : 
     return (n, host = 1) => ({ 'x-forwarded-for': `2001:db8:${s}:${n.toString(16)}::${host.toString(16)}` });
   };
   const get = (e: LiveEnvoy, who: Record<string, string>): Promise<Reply> => request(e.edgePort, 'GET', '/healthz', who);
+  /** The requests all at once: the replies in order, how many were allowed, and how long it took (s). */
+  const together = async (sends: (() => Promise<Reply>)[]): Promise<{ replies: Reply[]; allowed: number; seconds: number }> => {
+    const t0 = Date.now();
+    const replies = await Promise.all(sends.map((f) => f()));
+    return { replies, allowed: replies.filter((r) => r.status === 200).length, seconds: (Date.now() - t0) / 1000 };
+  };
+  /** Checks that went on without the shared bucket (Redis slower than the 100-ms bound): the global bound holds up to these. */
+  const failedOpen = async (): Promise<number> => Number(/edge_ratelimit_decisions_total\{code="fail_open"\} (\d+)/.exec(await metrics.registry.metrics())?.[1] ?? 0);
   /** A 429 as a client sees it, its own x-request-id taken out of the body. */
   const view = (r: Reply): unknown => [r.status, r.body.replace(String(r.headers['x-request-id']), '<id>'), r.headers['content-type']];
 
@@ -94,7 +103,6 @@ describe('live Envoy 1.40: the prefix bucket', { skip: envoyAvailable ? false : 
     redis = await PrivateRedis.start();
     redisClient = createRedis(redis.url);
     await new Promise((r) => redisClient.once('ready', r));
-    const metrics = createMetrics({ geoipBuildEpochSecs: () => 0, defaultMetrics: false });
     const buckets = new RedisBuckets(redisClient, limits);
     ts = createGrpcServer({ evaluate: withGlobalLimit(createCheckLimiter({ buckets, limits, metrics, logger }), () => ALLOW), observe: () => {}, onError: () => {} });
     const tsPort = await ts.listen('127.0.0.1', 0);
@@ -141,23 +149,23 @@ describe('live Envoy 1.40: the prefix bucket', { skip: envoyAvailable ? false : 
     await redis?.stop();
   });
 
-  test('local stage: six /64s of one /48 get PREFIX_BURST (5), one /64 its RATE_BURST (3); both 429s the same body, each with its own bucket\'s x-ratelimit headers', async () => {
+  test('local stage: ten /64s of one /48 get PREFIX_BURST (5) and its refill, one /64 its RATE_BURST (3); both 429s the same body, each with its own bucket\'s x-ratelimit headers', async () => {
     const one48 = freshSite();
-    const spread: Reply[] = [];
-    for (let n = 0; n < 6; n++) spread.push(await get(local, one48(n)));
-    assert.deepEqual(spread.map((r) => r.status), [200, 200, 200, 200, 200, 429]);
+    const spread = await together(Array.from({ length: 10 }, (_, n) => () => get(local, one48(n))));
+    assert.ok(spread.allowed >= 5 && spread.allowed <= 5 + Math.ceil(2 * spread.seconds), `${spread.allowed} of 10 in ${spread.seconds} s`);
+    const byPrefix = spread.replies.find((r) => r.status === 429)!;
+    assert.ok(byPrefix !== undefined, `a 429 (${spread.seconds} s)`);
     const one64 = freshSite();
-    const alone: Reply[] = [];
-    for (let i = 0; i < 4; i++) alone.push(await get(local, one64(7, i + 1)));
-    assert.deepEqual(alone.map((r) => r.status), [200, 200, 200, 429], 'any address of one /64: one client, unchanged');
-    const [byPrefix, byClient] = [spread[5]!, alone[3]!];
+    const alone = await together(Array.from({ length: 8 }, (_, i) => () => get(local, one64(7, i + 1))));
+    assert.ok(alone.allowed >= 3 && alone.allowed <= 3 + Math.ceil(alone.seconds), `any address of one /64: one client, unchanged (${alone.allowed} of 8 in ${alone.seconds} s)`);
+    const byClient = alone.replies.find((r) => r.status === 429)!;
     assert.deepEqual(view(byPrefix), view(byClient));
     assert.deepEqual(view(byClient), [429, '{"error":"too many requests","message":"rate limit exceeded for this client address","requestId":"<id>"}\n', 'application/json']);
     // Envoy writes the refusing bucket's limit; an allowed answer carries the client's (Envoy's
     // choice: the matched bucket with the lowest refill rate; docs/envoy.md §3).
     assert.deepEqual([byPrefix.headers['x-ratelimit-limit'], byPrefix.headers['x-ratelimit-remaining']], ['5', '0']);
     assert.deepEqual([byClient.headers['x-ratelimit-limit'], byClient.headers['x-ratelimit-remaining']], ['3', '0']);
-    assert.deepEqual([spread[4]!.headers['x-ratelimit-limit'], spread[4]!.headers['x-ratelimit-remaining']], ['3', '2']);
+    for (const ok of spread.replies.filter((r) => r.status === 200)) assert.deepEqual([ok.headers['x-ratelimit-limit'], ok.headers['x-ratelimit-remaining']], ['3', '2']);
   });
 
   test('local stage: IPv4 clients have no prefix bucket (six addresses of one /24 each get their own burst); Envoy charges the client before the prefix and keeps it when the prefix refuses', async () => {
@@ -165,50 +173,68 @@ describe('live Envoy 1.40: the prefix bucket', { skip: envoyAvailable ? false : 
       const who = { 'x-forwarded-for': `192.0.2.${200 + i}` };
       assert.equal((await get(local, who)).status, 200, who['x-forwarded-for']);
     }
-    const site48 = freshSite();
-    for (let n = 0; n < 5; n++) assert.equal((await get(local, site48(n))).status, 200);
-    // /64 number 9: two requests refused by the empty prefix...
-    assert.deepEqual([(await get(local, site48(9))).status, (await get(local, site48(9))).status], [429, 429]);
-    // ...cost it two of its own tokens (tighter refill first, no refund; 1/s back meanwhile):
-    // after 1.1 s its next request passes with 1 left, not 2.
-    await sleep(1100);
-    const next = await get(local, site48(9));
-    assert.equal(next.status, 200);
-    assert.equal(next.headers['x-ratelimit-remaining'], '1');
+    // Preconditions that depend on timing (the prefix refills 2/s, a /64 1/s) are retried with a
+    // fresh /48 on a machine too busy to meet them; the assertion itself is not retried.
+    for (let attempt = 1; ; attempt++) {
+      const site48 = freshSite();
+      await together(Array.from({ length: 8 }, (_, n) => () => get(local, site48(n))));
+      // /64 number 9: two requests refused by the empty prefix (429 with the prefix's limit)...
+      const t0 = Date.now();
+      const refused = [await get(local, site48(9)), await get(local, site48(9))];
+      // ...then, once the prefix has a token again (0.5 s at 2/s), one more.
+      await sleep(600);
+      const next = await get(local, site48(9));
+      const elapsed = Date.now() - t0;
+      const met = refused.every((r) => r.status === 429 && r.headers['x-ratelimit-limit'] === '5') && next.status === 200 && elapsed < 1900;
+      if (!met && attempt < 3) continue;
+      assert.ok(met, `preconditions: ${refused.map((r) => `${r.status}/${String(r.headers['x-ratelimit-limit'])}`).join(' ')}, then ${next.status} after ${elapsed} ms`);
+      // Had the refused two cost /64 9 nothing, it would have 2 left after this one; Envoy took
+      // them (tighter refill first, no refund), so it has 1 + the refill since, under 2.
+      assert.ok(Number(next.headers['x-ratelimit-remaining']) < 2, `/64 9 has ${String(next.headers['x-ratelimit-remaining'])} left (${elapsed} ms)`);
+      break;
+    }
   });
 
-  test('global stage in the Check: six /64s of one /48 alternating between two Envoys get PREFIX_BURST in all (each Envoy alone allows 5); the global 429 is the local one', async () => {
+  test('global stage in the Check: ten /64s of one /48 alternating between two Envoys get PREFIX_BURST in all (each Envoy alone allows 5); the global 429 is the local one', async () => {
     const one48 = freshSite();
-    const statuses: number[] = [];
-    for (let n = 0; n < 8; n++) statuses.push((await get(n % 2 === 0 ? a : b, one48(n))).status);
-    assert.deepEqual(statuses, [200, 200, 200, 200, 200, 429, 429, 429]);
-    const globalStage = await get(b, one48(20));
+    const open = await failedOpen();
+    const r = await together(Array.from({ length: 10 }, (_, n) => () => get(n % 2 === 0 ? a : b, one48(n))));
+    const opened = (await failedOpen()) - open;
+    assert.ok(r.allowed >= 5 && r.allowed <= 5 + Math.ceil(2 * r.seconds) + opened, `${r.allowed} of 10 in ${r.seconds} s (failed open ${opened})`);
+    // Five per Envoy: each Envoy's own prefix bucket (5) let all through; the Check refused the rest.
+    const globalStage = r.replies.find((x) => x.status === 429)!;
+    assert.ok(globalStage !== undefined, `a 429 (${r.seconds} s, failed open ${opened})`);
     const other48 = freshSite();
-    for (let n = 0; n < 5; n++) await get(local, other48(n));
-    const localStage = await get(local, other48(5));
-    assert.deepEqual([globalStage.status, localStage.status], [429, 429]);
+    const localStage = (await together(Array.from({ length: 10 }, (_, n) => () => get(local, other48(n))))).replies.find((x) => x.status === 429)!;
     assert.deepEqual(view(globalStage), view(localStage));
     // The global stage names the refusing bucket: the prefix's.
     assert.deepEqual([globalStage.headers['x-ratelimit-limit'], globalStage.headers['x-ratelimit-remaining']], ['5', '0']);
     const v4 = { 'x-forwarded-for': '192.0.2.250' };
-    assert.deepEqual([(await get(a, v4)).status, (await get(b, v4)).status, (await get(a, v4)).status, (await get(b, v4)).status], [200, 200, 200, 429]);
+    const open4 = await failedOpen();
+    const four = await together(Array.from({ length: 6 }, (_, i) => () => get(i % 2 === 0 ? a : b, v4)));
+    const opened4 = (await failedOpen()) - open4;
+    assert.ok(four.allowed >= 3 && four.allowed <= 3 + Math.ceil(four.seconds) + opened4, `IPv4, its own bucket only: ${four.allowed} of 6 in ${four.seconds} s`);
   });
 
   test('global stage through the ratelimit filter: Envoy sends the client and the prefix descriptor; one take per request, all or nothing; PREFIX_BURST for the /48', async () => {
     const one48 = freshSite();
-    asked.length = 0;
-    const statuses: number[] = [];
-    for (let n = 0; n < 6; n++) statuses.push((await get(viaFilter, one48(n, 0xabcd))).status);
-    assert.deepEqual(statuses, [200, 200, 200, 200, 200, 429]);
     const s = (site - 1).toString(16);
-    assert.deepEqual(asked[0]!.descriptors.map((d) => d.entries), [
-      [{ key: 'client', value: 'v6' }, { key: 'masked_remote_address', value: `2001:db8:${s}::/64` }],
-      [{ key: 'prefix', value: 'v6' }, { key: 'masked_remote_address', value: `2001:db8:${s}::/48` }],
-    ], 'Envoy\'s masked values in the form the TS keys use');
-    assert.equal(asked[0]!.domain, 'edge');
-    assert.equal(asked.length, 6);
+    asked.length = 0;
+    const open = Number((await viaFilter.stats('ratelimit.failure_mode_allowed')).get('cluster.market.ratelimit.failure_mode_allowed') ?? 0);
+    const r = await together(Array.from({ length: 10 }, (_, n) => () => get(viaFilter, one48(n, 0xabcd))));
+    const opened = Number((await viaFilter.stats('ratelimit.failure_mode_allowed')).get('cluster.market.ratelimit.failure_mode_allowed') ?? 0) - open;
+    assert.ok(r.allowed >= 5 && r.allowed <= 5 + Math.ceil(2 * r.seconds) + opened, `${r.allowed} of 10 in ${r.seconds} s (failed open ${opened})`);
+    assert.equal(asked.length, 10, 'one call per request');
+    // Envoy's masked values, in the form the TS keys use (RFC 5952: the zero group of /64 number 0 compressed).
+    const key64 = (n: number): string => (n === 0 ? `2001:db8:${s}::/64` : `2001:db8:${s}:${n.toString(16)}::/64`);
+    assert.deepEqual(asked.map((q) => q.domain), Array<string>(10).fill('edge'));
+    assert.deepEqual(asked.map((q) => q.descriptors.map((d) => d.entries[0])), Array.from({ length: 10 }, () => [{ key: 'client', value: 'v6' }, { key: 'prefix', value: 'v6' }]));
+    assert.deepEqual(asked.map((q) => q.descriptors.map((d) => d.entries[1]!.key)), Array.from({ length: 10 }, () => ['masked_remote_address', 'masked_remote_address']));
+    assert.deepEqual(asked.map((q) => q.descriptors[0]!.entries[1]!.value).sort(), Array.from({ length: 10 }, (_, n) => key64(n)).sort());
+    assert.deepEqual(new Set(asked.map((q) => q.descriptors[1]!.entries[1]!.value)), new Set([`2001:db8:${s}::/48`]));
     assert.equal(await redisClient.exists(`edge:rl:2001:db8:${s}::/48`), 1);
-    assert.equal(await redisClient.exists(`edge:rl:2001:db8:${s}:4::/64`), 1);
-    assert.equal(await redisClient.exists(`edge:rl:2001:db8:${s}:5::/64`), 0, 'the refused request took nothing from its /64');
+    const refused = r.replies.map((x, n) => [x.status, n] as const).filter(([status]) => status === 429);
+    assert.ok(refused.length > 0, `a 429 (${r.seconds} s)`);
+    for (const [, n] of refused) assert.equal(await redisClient.exists(`edge:rl:${key64(n)}`), 0, `the refused request took nothing from /64 ${n}`);
   });
 });
