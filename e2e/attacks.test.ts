@@ -22,6 +22,7 @@ import { SHOWN_NAME_MAX } from '../authz/src/market/http.ts';
 import { FIRST_REQUEST_TIMEOUT_MS, MAX_DOWNSTREAM_CONNECTIONS, XFF_POLICY, XFF_RBAC_STAT_PREFIX } from '../envoy/render.ts';
 import { PEER_CIDRS, startStack, type Stack } from './lib/driver.ts';
 import { allowedIp, errorCode, ingest, KP_IP, orderBody, request, signed, uniqueId } from './lib/client.ts';
+import { failedOpen, startTwoEdges, type TwoEdges } from './reliability/global-rate-limit.ts';
 
 const ENV = {
   XFF_NUM_TRUSTED_HOPS: '1',
@@ -379,5 +380,108 @@ describe('attack (issue 26): silent connections, zone ids in X-Forwarded-For, fl
     kept.write('GET /healthz HTTP/1.1\r\nhost: edge\r\nx-forwarded-for: 192.0.2.73\r\nconnection: close\r\n\r\n');
     const again = await new Promise<string>((resolve) => { let got = ''; kept.on('data', (d: Buffer) => { got += d.toString(); }); kept.once('close', () => resolve(got)); });
     assert.match(again, /^HTTP\/1\.1 200 /);
+  });
+});
+
+/**
+ * Issue 26, "one subscriber, one budget": the per-client bucket is per IPv6 /64, and a subscriber
+ * gets a /56 (256 /64s) or a /48 (65,536): 80 requests from 80 /64s of one /56 had 80 of 80
+ * allowed. Now every IPv6 client also draws from its /48's bucket (RATE_PREFIX_V6, defaults:
+ * PREFIX_BURST 200, RPS_PER_PREFIX 100), in each Envoy (local stage) and across replicas (the
+ * global stage, in Redis). 2001:db8:3::/48 is CH in the fixture database; 2001:db8:8000::/33 too
+ * (a /48 of its own per client below). Bounds: the burst, the refill over the measured time
+ * rounded up, and 1 for a token that refills while the last answers are counted.
+ */
+describe('attack: 1,000 /64s of one /48 at full speed get one /48\'s budget (issue 26)', () => {
+  const PREFIX_BURST = 200;
+  const RPS_PER_PREFIX = 100;
+  const RATE_BURST = 40;
+  const RPS_PER_IP = 20;
+  /** 1,000 /64s of 2001:db8:3::/48, one request each, 100 in flight at a time. */
+  const subscriberSpread = (n: number): string[] => Array.from({ length: 1000 }, (_, i) => `2001:db8:3:${(0x1000 + n * 0x1000 + i).toString(16)}::${(i % 7) + 1}`);
+  const bound = (burst: number, rps: number, seconds: number): number => burst + Math.ceil(rps * seconds) + 1;
+  async function flood(ips: readonly string[], send: (ip: string, i: number) => Promise<{ status: number; body: string }>): Promise<{ statuses: number[]; bodies: Set<string>; seconds: number }> {
+    const statuses: number[] = new Array<number>(ips.length);
+    const bodies = new Set<string>();
+    let next = 0;
+    const t0 = Date.now();
+    await Promise.all(Array.from({ length: 100 }, async () => {
+      while (next < ips.length) {
+        const i = next++;
+        const r = await send(ips[i]!, i);
+        statuses[i] = r.status;
+        // A 429's body apart from its own requestId.
+        if (r.status === 429) bodies.add(r.body.replace(/"requestId":"[^"]*"/, '"requestId":"<id>"'));
+      }
+    }));
+    return { statuses, bodies, seconds: (Date.now() - t0) / 1000 };
+  }
+  const TOO_MANY = '{"error":"too many requests","message":"rate limit exceeded for this client address","requestId":"<id>"}\n';
+
+  describe('local limit (RATE_LIMIT_SCOPE=local: each Envoy\'s own buckets)', () => {
+    let stack: Stack;
+    before(async () => {
+      stack = await startStack({ env: { ...ENV, RATE_LIMIT_SCOPE: 'local' }, geoipDb: geoFixtures().geoip2 });
+    });
+    after(async () => stack?.stop());
+    const get = async (ip: string): Promise<{ status: number; body: string }> => {
+      const res = await fetch(`${stack.edgeUrl}/`, { headers: { 'x-forwarded-for': ip } });
+      return { status: res.status, body: await res.text() };
+    };
+
+    test('1,000 /64s of one /48: allowed ≤ PREFIX_BURST + RPS_PER_PREFIX × t, the rest 429 with the one body; one /64 of another /48 still gets its own burst', async (t) => {
+      const r = await flood(subscriberSpread(0), get);
+      const allowed = r.statuses.filter((s) => s === 200).length;
+      const max = bound(PREFIX_BURST, RPS_PER_PREFIX, r.seconds);
+      t.diagnostic(`${allowed} of 1,000 allowed in ${r.seconds.toFixed(2)} s (bound ${max}; before the prefix bucket: 1,000)`);
+      assert.deepEqual([...new Set(r.statuses)].sort(), [200, 429]);
+      assert.ok(allowed >= PREFIX_BURST && allowed <= max, `${allowed} allowed in ${r.seconds} s`);
+      assert.deepEqual([...r.bodies], [TOO_MANY]);
+      // One /64 (of a /48 nobody else uses): its 40 + 20/s, as before the prefix bucket.
+      const one = await flood(Array.from({ length: 80 }, (_, i) => `2001:db8:8001:5::${i + 1}`), get);
+      const ok = one.statuses.filter((s) => s === 200).length;
+      assert.ok(ok >= RATE_BURST && ok <= bound(RATE_BURST, RPS_PER_IP, one.seconds), `one /64: ${ok} of 80 in ${one.seconds} s`);
+      assert.deepEqual([...one.bodies], [TOO_MANY], 'the same 429 whichever bucket refused');
+    });
+
+    test('IPv4 clients are not hurt: 100 addresses of one /24 each get through (no IPv4 prefix bucket)', async () => {
+      const r = await flood(Array.from({ length: 100 }, (_, i) => `192.0.2.${i + 1}`), get);
+      assert.deepEqual([...new Set(r.statuses)], [200]);
+    });
+  });
+
+  // Local processes with either driver, as e2e/global-rate-limit.test.ts: two edges on one Redis
+  // is a property of the configuration (e2e/reliability/global-rate-limit.ts).
+  describe('global limit (two Envoys on one Redis, the /64s alternating between them)', () => {
+    let two: TwoEdges;
+    before(async () => {
+      two = await startTwoEdges({ BLOCKED_COUNTRIES: ENV.BLOCKED_COUNTRIES, GEO_UNKNOWN: ENV.GEO_UNKNOWN });
+    });
+    after(async () => two?.stop());
+    const send = async (ip: string, i: number): Promise<{ status: number; body: string }> => {
+      const res = await fetch(`${two.edges[(i % 2) as 0 | 1].edgeUrl}/`, { headers: { 'x-forwarded-for': ip } });
+      return { status: res.status, body: await res.text() };
+    };
+
+    test('1,000 /64s of one /48 over two replicas: allowed ≤ PREFIX_BURST + RPS_PER_PREFIX × t in all (each Envoy alone would allow that much); one /64 unchanged', async (t) => {
+      let open = await failedOpen(two);
+      const r = await flood(subscriberSpread(1), send);
+      let opened = (await failedOpen(two)) - open;
+      const allowed = r.statuses.filter((s) => s === 200).length;
+      const max = bound(PREFIX_BURST, RPS_PER_PREFIX, r.seconds);
+      const perEdge = [0, 1].map((e) => r.statuses.filter((s, i) => s === 200 && i % 2 === e).length);
+      t.diagnostic(`${allowed} of 1,000 allowed in ${r.seconds.toFixed(2)} s (per edge ${perEdge.join('/')}; bound ${max} in all, each edge's own ${max}; failed open ${opened})`);
+      assert.deepEqual([...new Set(r.statuses)].sort(), [200, 429]);
+      // Without the global prefix bucket each edge would allow its own bound: 2 × (200 + 100 t), more
+      // than this bound while t < 3 s and the 1,000 requests last.
+      assert.ok(allowed >= PREFIX_BURST && allowed <= max + opened, `${allowed} allowed in ${r.seconds} s (failed open ${opened})`);
+      assert.deepEqual([...r.bodies], [TOO_MANY]);
+      open = await failedOpen(two);
+      const one = await flood(Array.from({ length: 80 }, (_, i) => `2001:db8:8002:5::${i + 1}`), send);
+      opened = (await failedOpen(two)) - open;
+      const ok = one.statuses.filter((s) => s === 200).length;
+      assert.ok(ok >= RATE_BURST && ok <= bound(RATE_BURST, RPS_PER_IP, one.seconds) + opened, `one /64 over two edges: ${ok} of 80 in ${one.seconds} s`);
+      assert.deepEqual([...one.bodies], [TOO_MANY]);
+    });
   });
 });

@@ -16,13 +16,16 @@ import { Redis } from 'ioredis';
 import { createLogger } from '../src/common/log.ts';
 import { createMetrics, type AuthzMetrics } from '../src/common/metrics.ts';
 import { configWarnings, loadConfig } from '../src/common/config.ts';
-import { RATE_LIMIT_KEY_PREFIX, type Buckets } from '../src/ratelimit/bucket.ts';
+import { RATE_LIMIT_KEY_PREFIX, type BucketLimits, type Buckets } from '../src/ratelimit/bucket.ts';
 import { createCheckLimiter, REMAINING_TABLE_MAX, resetSeconds, withGlobalLimit } from '../src/ratelimit/check-limit.ts';
 import { ALLOW, deny } from '../src/authz/decision.ts';
 import { decodeCheckRequest, type AuthzInput } from '../src/authz/codec/request.ts';
 import { encodeCheckRequest, fakeMarkets, hmacHeaders, ingestBody, marketDoc, type CheckSpec } from './helpers.ts';
 import { startFixture, type Fixture } from './server-fixture.ts';
 import { PrivateRedis } from './redis-server.ts';
+
+/** The buckets' settings for these limits, the prefix's at their defaults (RATE_PREFIX_V6 48, 5 × each). */
+const limitsOf = (rps: number, burst: number): BucketLimits => loadConfig({ RPS_PER_IP: String(rps), RATE_BURST: String(burst) });
 
 const logger = createLogger('silent', new Writable({ write: (_c, _e, cb) => cb() }));
 const MARK = { route: 'read', rate_limit: 'global' } as const;
@@ -167,7 +170,7 @@ describe('global rate limit in Check – the limiter alone', () => {
   test('Redis slower than the 100-ms bound: the Check goes on after ~100 ms without headers, counted late and fail_open', async () => {
     const metrics = metricsOf();
     const slow: Buckets = { take: async () => { await sleep(400); return { allowed: false, remaining: 0, untilFullUs: 1 }; } };
-    const evaluate = withGlobalLimit(createCheckLimiter({ buckets: slow, limits: { rpsPerIp: 1, rateBurst: 3 }, metrics, logger }), () => ALLOW);
+    const evaluate = withGlobalLimit(createCheckLimiter({ buckets: slow, limits: limitsOf(1, 3), metrics, logger }), () => ALLOW);
     const t0 = Date.now();
     const d = await evaluate(input({ headers: { 'x-edge-client-ip': '192.0.2.1' }, contextExtensions: MARK }));
     const took = Date.now() - t0;
@@ -182,7 +185,7 @@ describe('global rate limit in Check – the limiter alone', () => {
   test('unmarked, the header phase, or no address: `decide` directly (synchronous stays synchronous); a marked Check asks first', async () => {
     let takes = 0;
     const buckets: Buckets = { take: async () => { takes++; return { allowed: true, remaining: 5, untilFullUs: 2_500_000 }; } };
-    const evaluate = withGlobalLimit(createCheckLimiter({ buckets, limits: { rpsPerIp: 2, rateBurst: 10 }, metrics: metricsOf(), logger }), () => deny('not_found'));
+    const evaluate = withGlobalLimit(createCheckLimiter({ buckets, limits: limitsOf(2, 10), metrics: metricsOf(), logger }), () => deny('not_found'));
     assert.equal(evaluate(input({ headers: { 'x-edge-client-ip': '192.0.2.1' }, contextExtensions: { route: 'read' } })), deny('not_found'));
     assert.equal(evaluate(input({ headers: { 'x-edge-client-ip': '192.0.2.1' }, contextExtensions: { route: 'ingest', phase: 'headers', rate_limit: 'global' } })), deny('not_found'));
     assert.equal(evaluate(input({ headers: { 'x-edge-client-ip': 'unknown' }, contextExtensions: MARK })), deny('not_found'));
@@ -202,10 +205,10 @@ describe('global rate limit in Check – the limiter alone', () => {
   });
 
   test('x-ratelimit-reset: seconds to the next whole token, 0 when full', () => {
-    assert.equal(resetSeconds({ allowed: true, remaining: 3, untilFullUs: 0 }, 20), 0);
-    assert.equal(resetSeconds({ allowed: true, remaining: 3, untilFullUs: 50_000 }, 20), 1);
-    assert.equal(resetSeconds({ allowed: true, remaining: 3, untilFullUs: 2_500_000 }, 0.25), 3);
-    assert.equal(resetSeconds({ allowed: true, remaining: 3, untilFullUs: 8_000_000 }, 0.25), 4);
+    assert.equal(resetSeconds({ remaining: 3, untilFullUs: 0 }, 20), 0);
+    assert.equal(resetSeconds({ remaining: 3, untilFullUs: 50_000 }, 20), 1);
+    assert.equal(resetSeconds({ remaining: 3, untilFullUs: 2_500_000 }, 0.25), 3);
+    assert.equal(resetSeconds({ remaining: 3, untilFullUs: 8_000_000 }, 0.25), 4);
   });
 });
 
@@ -213,9 +216,9 @@ test('a RATE_BURST far above the start-up header table still answers the true re
   const metrics = createMetrics({ geoipBuildEpochSecs: () => 0, defaultMetrics: false });
   const remaining = [1_000_000 - 1, REMAINING_TABLE_MAX, 5];
   const buckets: Buckets = { take: async () => ({ allowed: true, remaining: remaining.shift() ?? 0, untilFullUs: 1 }) };
-  const limiter = createCheckLimiter({ buckets, limits: { rpsPerIp: 1_000_000, rateBurst: 1_000_000 }, metrics, logger });
+  const limiter = createCheckLimiter({ buckets, limits: limitsOf(1_000_000, 1_000_000), metrics, logger });
   for (const want of ['999999', String(REMAINING_TABLE_MAX), '5']) {
-    const v = await limiter('192.0.2.1');
+    const v = await limiter('192.0.2.1')!;
     assert.deepEqual(v.headers?.find(([k]) => k === 'x-ratelimit-remaining'), ['x-ratelimit-remaining', want]);
   }
 });

@@ -23,10 +23,14 @@ import { ALLOW } from '../src/authz/decision.ts';
 import { createRedis } from '../src/common/adapters/redis.ts';
 import { createLogger } from '../src/common/log.ts';
 import { createMetrics, type AuthzMetrics } from '../src/common/metrics.ts';
-import { clientOf, descriptorClient, printfRound, RATE_LIMIT_KEY_PREFIX, RedisBuckets, TAKE_MANY_MAX_KEYS, type Buckets, type Take } from '../src/ratelimit/bucket.ts';
+import { clientOf, descriptorClient, printfRound, RATE_LIMIT_KEY_PREFIX, RedisBuckets, TAKE_MANY_MAX_KEYS, type BucketLimits, type Buckets, type Take } from '../src/ratelimit/bucket.ts';
+import { loadConfig } from '../src/common/config.ts';
 import { CODE, decodeRateLimitRequest, encodeRateLimitResponse } from '../src/ratelimit/codec.ts';
 import { createRateLimitHandler, rateLimitService } from '../src/ratelimit/service.ts';
 import { PrivateRedis } from './redis-server.ts';
+
+/** The buckets' settings for these limits, the prefix's at their defaults (RATE_PREFIX_V6 48, 5 × each). */
+const limitsOf = (rps: number, burst: number): BucketLimits => loadConfig({ RPS_PER_IP: String(rps), RATE_BURST: String(burst) });
 
 const logger = createLogger('silent', new Writable({ write: (_c, _e, cb) => cb() }));
 const pd = loadPackageDefinition();
@@ -96,7 +100,7 @@ describe('ratelimit – codec against the real rls.proto', () => {
 });
 
 /** RedisBuckets whose script calls are counted (calls, and the requests they carried) through its onCall. */
-function countedBuckets(redis: Redis, limits: { rpsPerIp: number; rateBurst: number }, policy?: { busy: number; full: number; lingerMs: number }): { b: RedisBuckets; batches: number; batched: number } {
+function countedBuckets(redis: Redis, limits: BucketLimits, policy?: { busy: number; full: number; lingerMs: number }): { b: RedisBuckets; batches: number; batched: number } {
   const counts = { b: undefined as unknown as RedisBuckets, batches: 0, batched: 0 };
   counts.b = new RedisBuckets(redis, limits, (requests) => {
     counts.batches++;
@@ -119,7 +123,7 @@ describe('ratelimit – the Lua token bucket on Redis', () => {
   });
 
   test('burst, then refused (a refusal takes nothing), refilled at the rate; hits_addend takes that many', async () => {
-    const b = new RedisBuckets(client, { rpsPerIp: 10, rateBurst: 5 });
+    const b = new RedisBuckets(client, limitsOf(10, 5));
     const takes = [];
     for (let i = 0; i < 7; i++) takes.push(await b.take('192.0.2.1', 1));
     assert.deepEqual(takes.map((t) => t.allowed), [true, true, true, true, true, false, false]);
@@ -136,7 +140,7 @@ describe('ratelimit – the Lua token bucket on Redis', () => {
   });
 
   test('keys expire on their own when the bucket is full again; microsecond TAT survives Lua\'s number printing', async () => {
-    const b = new RedisBuckets(client, { rpsPerIp: 20, rateBurst: 40 });
+    const b = new RedisBuckets(client, limitsOf(20, 40));
     await b.take('192.0.2.9', 1);
     const pttl = await client.pttl(`${RATE_LIMIT_KEY_PREFIX}192.0.2.9`);
     assert.ok(pttl > 0 && pttl <= 50, `expires when full again (50 ms): ${pttl}`);
@@ -146,10 +150,10 @@ describe('ratelimit – the Lua token bucket on Redis', () => {
     assert.equal(await client.exists(`${RATE_LIMIT_KEY_PREFIX}192.0.2.9`), 0);
   });
 
-  test('one-token requests of one event-loop turn go to Redis as one batch and get exactly what one call each would have given, in arrival order', async () => {
-    const cb = countedBuckets(client, { rpsPerIp: 10, rateBurst: 5 });
+  test('the requests of one event-loop turn go to Redis as one batch and get exactly what one call each would have given, in arrival order', async () => {
+    const cb = countedBuckets(client, limitsOf(10, 5));
     const b = cb.b;
-    const counted = countedBuckets(client, { rpsPerIp: 10, rateBurst: 5 });
+    const counted = countedBuckets(client, limitsOf(10, 5));
     const one = counted.b;
     // One by one (each awaited: seven calls), against the same seven sent in one turn.
     const sequential: Take[] = [];
@@ -161,7 +165,7 @@ describe('ratelimit – the Lua token bucket on Redis', () => {
       Promise.all(Array.from({ length: 3 }, () => b.take('192.0.2.52', 1))),
       b.take('192.0.2.53', 2),
     ]);
-    assert.equal(cb.batches - before, 2, 'two clients\' ten one-token requests: one script call, and one for the two-token one, which goes alone');
+    assert.equal(cb.batches - before, 1, 'three clients\' eleven requests, the two-token one included: one script call');
     assert.equal(cb.batched, 11);
     assert.deepEqual(a.map((t) => t.allowed), sequential.map((t) => t.allowed));
     assert.deepEqual(a.map((t) => t.remaining), sequential.map((t) => t.remaining));
@@ -181,7 +185,7 @@ describe('ratelimit – the Lua token bucket on Redis', () => {
   });
 
   test('requests arriving while a batch is at Redis wait and go together as the next batch when it returns', async () => {
-    const c = countedBuckets(client, { rpsPerIp: 10, rateBurst: 100 });
+    const c = countedBuckets(client, limitsOf(10, 100));
     const b = c.b;
     const admin = createRedis(redis.url);
     try {
@@ -209,7 +213,7 @@ describe('ratelimit – the Lua token bucket on Redis', () => {
 
   test('under load (the previous call carried BATCH.busy or more) the next call waits for BATCH.full requests or BATCH.lingerMs; after a small call nothing waits', async () => {
     const policy = { busy: 4, full: 8, lingerMs: 300 };
-    const c = countedBuckets(client, { rpsPerIp: 100, rateBurst: 1000 }, policy);
+    const c = countedBuckets(client, limitsOf(100, 1000), policy);
     const b = c.b;
     const turn = (): Promise<unknown> => new Promise((r) => setImmediate(r));
     // A small call: the next request goes at the end of its turn.
@@ -252,7 +256,7 @@ describe('ratelimit – the Lua token bucket on Redis', () => {
   });
 
   test('a fractional interval (RPS_PER_IP 128: 7,812.5 µs): a batch leaves the TAT one-by-one takes leave, rounded after each grant', async () => {
-    const limits = { rpsPerIp: 128, rateBurst: 1000 };
+    const limits = limitsOf(128, 1000);
     const [secs, micros] = (await client.time()) as [string | number, string | number];
     // Far enough ahead that `now` never clamps it: the TAT then depends on the grants alone.
     let t = Number(secs) * 1_000_000 + Number(micros) + 3_000_000;
@@ -274,7 +278,7 @@ describe('ratelimit – the Lua token bucket on Redis', () => {
   });
 
   test('a turn with more distinct clients than one call carries is split, each client still answered', async () => {
-    const c = countedBuckets(client, { rpsPerIp: 1, rateBurst: 1 });
+    const c = countedBuckets(client, limitsOf(1, 1));
     const b = c.b;
     const n = TAKE_MANY_MAX_KEYS + 10;
     const takes = await Promise.all(Array.from({ length: n }, (_, i) => b.take(`198.51.${i >> 8}.${i & 255}`, 1)));
@@ -289,7 +293,7 @@ describe('ratelimit – the Lua token bucket on Redis', () => {
     const broken = createRedis('redis://127.0.0.1:1', { maxRetriesPerRequest: 0 });
     broken.on('error', () => {});
     try {
-      const b = new RedisBuckets(broken, { rpsPerIp: 10, rateBurst: 5 });
+      const b = new RedisBuckets(broken, limitsOf(10, 5));
       const outcomes = await Promise.allSettled([b.take('192.0.2.60', 1), b.take('192.0.2.60', 1), b.take('192.0.2.61', 1)]);
       assert.deepEqual(outcomes.map((o) => o.status), ['rejected', 'rejected', 'rejected']);
     } finally {
@@ -298,7 +302,7 @@ describe('ratelimit – the Lua token bucket on Redis', () => {
   });
 
   test('buckets are neither in the append-only file nor replicated (REPL_NONE)', async () => {
-    const b = new RedisBuckets(client, { rpsPerIp: 1, rateBurst: 100 });
+    const b = new RedisBuckets(client, limitsOf(1, 100));
     for (let i = 0; i < 20; i++) await b.take('192.0.2.200', 1);
     await client.set('edge:test:marker', '1');
     const aofDir = join(redis.dir, 'appendonlydir');
@@ -328,7 +332,7 @@ describe('ratelimit – RateLimitService/ShouldRateLimit over gRPC', () => {
     await new Promise((r) => redisClient.once('ready', r));
     metrics = createMetrics({ geoipBuildEpochSecs: () => 0, defaultMetrics: false });
     // 1 token per second: the sequences below finish well inside one refill.
-    const limits = { rpsPerIp: 1, rateBurst: 40 };
+    const limits = limitsOf(1, 40);
     server = createGrpcServer({
       evaluate: () => ALLOW, observe: () => {}, onError: () => {},
       services: [rateLimitService({ buckets: new RedisBuckets(redisClient, limits), limits, metrics, logger })],
@@ -406,7 +410,7 @@ describe('ratelimit – without Redis, and late answers', () => {
     const metrics = createMetrics({ geoipBuildEpochSecs: () => 0, defaultMetrics: false });
     const server = createGrpcServer({
       evaluate: () => ALLOW, observe: () => {}, onError: () => {},
-      services: [rateLimitService({ buckets: undefined, limits: { rpsPerIp: 20, rateBurst: 40 }, metrics, logger })],
+      services: [rateLimitService({ buckets: undefined, limits: limitsOf(20, 40), metrics, logger })],
     });
     const port = await server.listen('127.0.0.1', 0);
     server.setServing(true);
@@ -433,7 +437,7 @@ describe('ratelimit – without Redis, and late answers', () => {
     const slow: Buckets = { take: async () => { await sleep(150); return { allowed: true, remaining: 1, untilFullUs: 1 }; } };
     const server = createGrpcServer({
       evaluate: () => ALLOW, observe: () => {}, onError: () => {},
-      services: [rateLimitService({ buckets: slow, limits: { rpsPerIp: 20, rateBurst: 40 }, metrics, logger })],
+      services: [rateLimitService({ buckets: slow, limits: limitsOf(20, 40), metrics, logger })],
     });
     const port = await server.listen('127.0.0.1', 0);
     server.setServing(true);
@@ -455,7 +459,7 @@ describe('ratelimit – without Redis, and late answers', () => {
   test('the handler alone: several descriptors, the tightest one writes the headers; over limit wins', async () => {
     const metrics = createMetrics({ geoipBuildEpochSecs: () => 0, defaultMetrics: false });
     const buckets: Buckets = { take: async (client) => (client === '192.0.2.1' ? { allowed: true, remaining: 30, untilFullUs: 500_000 } : { allowed: false, remaining: 0, untilFullUs: 2_000_000 }) };
-    const decide = createRateLimitHandler({ buckets, limits: { rpsPerIp: 20, rateBurst: 40 }, metrics, logger });
+    const decide = createRateLimitHandler({ buckets, limits: limitsOf(20, 40), metrics, logger });
     const res = await decide({ domain: 'edge', descriptors: [{ ...v4('192.0.2.1'), hitsAddend: undefined }, { ...v4('192.0.2.2'), hitsAddend: undefined }], hitsAddend: 0 });
     assert.equal(res.overall, CODE.OVER_LIMIT);
     assert.deepEqual(res.headers, [['x-ratelimit-limit', '40'], ['x-ratelimit-remaining', '0'], ['x-ratelimit-reset', '1']]);

@@ -2,7 +2,8 @@
  * Ordinary HTTP clients for the e2e suite: everything goes through Envoy's port.
  * Client addresses are chosen with X-Forwarded-For (the stack trusts one hop), from the
  * documentation ranges of the generated GeoIP database (authz/test/fixtures/make-mmdb.py):
- *   192.0.2.0/25 and 2001:db8:3::/48 → CH (allowed); 198.51.100.0/25 → KP, 198.51.100.128/25 → CU.
+ *   192.0.2.0/25, 2001:db8:3::/48 and 2001:db8:8000::/33 → CH (allowed); 198.51.100.0/25 → KP,
+ *   198.51.100.128/25 → CU.
  */
 import { randomBytes } from 'node:crypto';
 import { signedIngest, demoDocument } from '../../scripts/edge-client.ts';
@@ -10,11 +11,12 @@ import type { Stack } from './stack.ts';
 import { validateResponse } from './openapi-validate.ts';
 
 let counter = 1;
-/** A fresh allowed client address (its own rate-limit bucket). */
+/** A fresh allowed client address (its own rate-limit buckets). */
 export function allowedIp(): string {
   counter += 1;
-  // A /64 of its own for each: the rate limit counts an IPv6 client per /64.
-  return `2001:db8:3:${(counter & 0xffff).toString(16)}::${(counter >>> 16).toString(16)}:1`;
+  // A /48 of its own for each (32,768 of them in 2001:db8:8000::/33, then a new /64 in each):
+  // the rate limit counts an IPv6 client per /64 and its subscriber per /48 (RATE_PREFIX_V6).
+  return `2001:db8:${(0x8000 | (counter & 0x7fff)).toString(16)}:${((counter >>> 15) & 0xffff).toString(16)}::1`;
 }
 
 export const KP_IP = '198.51.100.7';

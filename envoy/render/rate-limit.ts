@@ -17,12 +17,27 @@ const PERCENT_100 = { numerator: 100, denominator: 'HUNDRED' } as const;
  * addresses and could otherwise take a fresh bucket per request. Envoy cannot mask a header, so
  * two descriptors split the two families: IPv4 keyed on the header, IPv6 on the masked address.
  * Exactly one of the two produces a descriptor for a request (expect_match false/true).
+ *
+ * An IPv6 client's request also produces its prefix's descriptor (RATE_PREFIX_V6, default /48,
+ * unless 64): a subscriber gets a /56 or a /48, i.e. 256 or 65,536 /64s, each with a fresh
+ * bucket; the prefix's bucket is that subscriber's one budget (docs/api.md "Client address, geo
+ * and rate limit"). An IPv4 client gets none: its address is already the smallest unit a
+ * subscriber holds (often shared, behind CGNAT), and a per-/32 bucket five times the client's
+ * could never refuse what the client's own let through: a descriptor per client for nothing.
  */
 export const RATE_LIMIT_V6_PREFIX = RATE_LIMIT.v6PrefixLength;
 const IS_V6 = { name: CLIENT_IP_HEADER, string_match: { contains: ':' } };
 
-/** The rate_limits (descriptor actions) both limiters use: [client=v4, client_ip] or [client=v6, masked_remote_address]. */
-export function clientRateLimits(): JsonObject[] {
+/** True when IPv6 clients also draw from their prefix's bucket (RATE_PREFIX_V6 < 64). */
+export function prefixBucket(config: Config): boolean {
+  return config.ratePrefixV6 < RATE_LIMIT_V6_PREFIX;
+}
+
+/**
+ * The rate_limits (descriptor actions) both limiters use: [client=v4, client_ip] or
+ * [client=v6, masked_remote_address] and then, for IPv6, [prefix=v6, masked_remote_address].
+ */
+export function clientRateLimits(config: Config): JsonObject[] {
   return [
     { actions: [
       { header_value_match: { descriptor_key: RATE_LIMIT.familyKey, descriptor_value: RATE_LIMIT.v4, expect_match: false, headers: [IS_V6] } },
@@ -32,6 +47,10 @@ export function clientRateLimits(): JsonObject[] {
       { header_value_match: { descriptor_key: RATE_LIMIT.familyKey, descriptor_value: RATE_LIMIT.v6, expect_match: true, headers: [IS_V6] } },
       { masked_remote_address: { v4_prefix_mask_len: 32, v6_prefix_mask_len: RATE_LIMIT_V6_PREFIX } },
     ] },
+    ...(prefixBucket(config) ? [{ actions: [
+      { header_value_match: { descriptor_key: RATE_LIMIT.prefixKey, descriptor_value: RATE_LIMIT.v6, expect_match: true, headers: [IS_V6] } },
+      { masked_remote_address: { v4_prefix_mask_len: 32, v6_prefix_mask_len: config.ratePrefixV6 } },
+    ] }] : []),
   ];
 }
 
@@ -67,11 +86,13 @@ export function rateLimitFilter(config: Config): TypedExtension {
     // Unset is OFF; never write `OFF`: Envoy's YAML reads that bare word as the boolean false.
     enable_x_ratelimit_headers: global ? undefined : 'DRAFT_VERSION_03',
     response_headers_to_add: global ? local429Headers(config).map(([k, v]) => overwriteHeader(k, v)) : undefined,
-    rate_limits: clientRateLimits(),
+    rate_limits: clientRateLimits(config),
     // No value on the address entry: a wildcard, i.e. one bucket per distinct value.
     descriptors: [
       { entries: [{ key: RATE_LIMIT.familyKey, value: RATE_LIMIT.v4 }, { key: RATE_LIMIT.v4AddressKey }], token_bucket: bucket },
       { entries: [{ key: RATE_LIMIT.familyKey, value: RATE_LIMIT.v6 }, { key: RATE_LIMIT.v6AddressKey }], token_bucket: bucket },
+      ...(prefixBucket(config) ? [{ entries: [{ key: RATE_LIMIT.prefixKey, value: RATE_LIMIT.v6 }, { key: RATE_LIMIT.v6AddressKey }],
+        token_bucket: { max_tokens: config.prefixBurst, tokens_per_fill: config.rpsPerPrefix, fill_interval: '1s' } }] : []),
     ],
   });
 }

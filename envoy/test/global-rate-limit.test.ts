@@ -97,7 +97,7 @@ describe('rendered: RATE_LIMIT_SCOPE', () => {
     assert.ok(routes.every((r) => markOf(r['typed_per_filter_config'] as Obj, FILTER.extAuthz) === undefined));
     const local = filterNamed(bootstrap, FILTER.rateLimit)['typed_config'] as Obj;
     const global = filterNamed(bootstrap, FILTER.globalRateLimit)['typed_config'] as Obj;
-    assert.deepEqual(global['rate_limits'], local['rate_limits'], 'the same two descriptors');
+    assert.deepEqual(global['rate_limits'], local['rate_limits'], 'the same descriptors');
     assert.equal(global['domain'], 'edge');
     assert.equal(global['failure_mode_deny'], false);
     assert.equal(global['timeout'], `${RATE_LIMIT_SERVICE_TIMEOUT_MS / 1000}s`);
@@ -153,13 +153,14 @@ describe('rendered: RATE_LIMIT_SCOPE', () => {
 });
 
 describe('rendered: the envoyproxy/ratelimit config (--ratelimit-config)', () => {
-  test('domain edge, both descriptors, RPS_PER_IP per second', () => {
-    const doc = parse(rateLimitServiceConfig(loadConfig({ RPS_PER_IP: '7', RATE_BURST: '9' }))) as Obj;
+  test('domain edge, both client descriptors at RPS_PER_IP per second, the IPv6 prefix\'s at RPS_PER_PREFIX', () => {
+    const doc = parse(rateLimitServiceConfig(loadConfig({ RPS_PER_IP: '7', RATE_BURST: '9', RPS_PER_PREFIX: '30' }))) as Obj;
     assert.deepEqual(doc, {
       domain: 'edge',
       descriptors: [
         { key: 'client', value: 'v4', descriptors: [{ key: 'client_ip', rate_limit: { unit: 'second', requests_per_unit: 7 } }] },
         { key: 'client', value: 'v6', descriptors: [{ key: 'masked_remote_address', rate_limit: { unit: 'second', requests_per_unit: 7 } }] },
+        { key: 'prefix', value: 'v6', descriptors: [{ key: 'masked_remote_address', rate_limit: { unit: 'second', requests_per_unit: 30 } }] },
       ],
     });
   });
@@ -177,7 +178,7 @@ const envoyAvailable = existsSync(envoyBinary());
 
 describe('live Envoy 1.40: the global rate limit', { skip: envoyAvailable ? false : 'no Envoy binary' }, () => {
   const logger = createLogger('silent', new Writable({ write: (_c, _e, cb) => cb() }));
-  const limits = { rpsPerIp: 1, rateBurst: 3 };
+  const limits = loadConfig({ RPS_PER_IP: '1', RATE_BURST: '3' });
   let redis: PrivateRedis;
   let redisClient: ReturnType<typeof createRedis>;
   let ts: AuthzGrpcServer;

@@ -141,21 +141,27 @@ for (const [name, variant] of Object.entries(VARIANTS)) {
       assert.equal(at(r.bootstrap, 'admin.ignore_global_conn_limit'), true);
     });
 
-    test('rate limit: one bucket per client address (IPv4 and IPv4-mapped alike, IPv6 per /64) with RATE_BURST / RPS_PER_IP, enforced on 100%', () => {
+    test('rate limit: one bucket per client address (IPv4 and IPv4-mapped alike, IPv6 per /64) with RATE_BURST / RPS_PER_IP, and one per IPv6 /48 with PREFIX_BURST / RPS_PER_PREFIX, enforced on 100%', () => {
       const rl = filterNamed(FILTER.rateLimit)['typed_config'] as Obj;
       assert.deepEqual(at(rl, 'descriptors[0].entries'), [{ key: 'client', value: 'v4' }, { key: 'client_ip' }]);
       assert.deepEqual(at(rl, 'descriptors[1].entries'), [{ key: 'client', value: 'v6' }, { key: 'masked_remote_address' }]);
+      assert.deepEqual(at(rl, 'descriptors[2].entries'), [{ key: 'prefix', value: 'v6' }, { key: 'masked_remote_address' }]);
       for (const i of [0, 1]) {
         assert.deepEqual(at(rl, `descriptors[${i}].token_bucket`),
           { max_tokens: r.config.rateBurst, tokens_per_fill: r.config.rpsPerIp, fill_interval: '1s' });
       }
+      assert.deepEqual(at(rl, 'descriptors[2].token_bucket'), { max_tokens: r.config.prefixBurst, tokens_per_fill: r.config.rpsPerPrefix, fill_interval: '1s' });
+      assert.deepEqual([r.config.prefixBurst, r.config.rpsPerPrefix], [5 * r.config.rateBurst, 5 * r.config.rpsPerIp]);
       const actions = (rl['rate_limits'] as { actions: Obj[] }[]).map((x) => x.actions);
       assert.deepEqual(actions[0]![1], { request_headers: { header_name: CLIENT_IP_HEADER, descriptor_key: 'client_ip' } });
       assert.deepEqual(actions[1]![1], { masked_remote_address: { v4_prefix_mask_len: 32, v6_prefix_mask_len: 64 } });
-      // Exactly one descriptor per request: the same header test, expected false then true.
-      assert.deepEqual(actions.map((a) => at(a[0], 'header_value_match.expect_match')), [false, true]);
+      assert.deepEqual(actions[2]![1], { masked_remote_address: { v4_prefix_mask_len: 32, v6_prefix_mask_len: 48 } });
+      // One client descriptor per request (the same header test, expected false then true) and,
+      // for IPv6 only, the prefix's.
+      assert.deepEqual(actions.map((a) => at(a[0], 'header_value_match.expect_match')), [false, true, true]);
       assert.deepEqual(at(actions[0]![0], 'header_value_match.headers'), [{ name: CLIENT_IP_HEADER, string_match: { contains: ':' } }]);
       assert.deepEqual(at(actions[0]![0], 'header_value_match.headers'), at(actions[1]![0], 'header_value_match.headers'));
+      assert.deepEqual(at(actions[0]![0], 'header_value_match.headers'), at(actions[2]![0], 'header_value_match.headers'));
       assert.equal(rl['always_consume_default_token_bucket'], false);
       assert.ok((rl['max_dynamic_descriptors'] as number) >= 200_000, 'room for 100k active clients');
       for (const k of ['filter_enabled', 'filter_enforced']) {

@@ -100,6 +100,16 @@ export interface Config {
   readonly rpsPerIp: number;
   readonly rateBurst: number;
   /**
+   * The coarser bucket every IPv6 client also draws from (docs/api.md "Client address, geo and
+   * rate limit"): the prefix length of one subscriber's allocation, RATE_PREFIX_V6 (32..64,
+   * default 48; 64 means no second bucket: the prefix would be the client's own /64), refilled at
+   * RPS_PER_PREFIX per second (default 5 × RPS_PER_IP) up to PREFIX_BURST (default 5 × RATE_BURST).
+   * An IPv4 client has none.
+   */
+  readonly ratePrefixV6: number;
+  readonly rpsPerPrefix: number;
+  readonly prefixBurst: number;
+  /**
    * `global`: Envoy also asks a RateLimitService (envoy.filters.http.ratelimit) after its local
    * per-replica bucket, so a client spread over N replicas gets RPS_PER_IP/RATE_BURST in all, not
    * N times that; `local`: the per-Envoy bucket only (RATE_LIMIT_SCOPE; docs/envoy.md §3).
@@ -462,6 +472,12 @@ export function loadConfig(env: Env = process.env): Config {
   if (redisMinReplicas > 0 && redisUrl === undefined) {
     throw new ConfigError('REDIS_MIN_REPLICAS', '0 without REDIS_URL (the in-memory stores have no replicas)', String(redisMinReplicas));
   }
+  const rpsPerIp = int(env, 'RPS_PER_IP', 20, 1, 1_000_000);
+  const rateBurst = int(env, 'RATE_BURST', 40, 1, 10_000_000);
+  // A prefix holds many clients: its bucket is never smaller than one client's (a smaller one
+  // would make the client's own bucket never the one that refuses).
+  const rpsPerPrefix = int(env, 'RPS_PER_PREFIX', 5 * rpsPerIp, rpsPerIp, 5_000_000);
+  const prefixBurst = int(env, 'PREFIX_BURST', 5 * rateBurst, rateBurst, 50_000_000);
   const rateLimitService = hostPort(env, 'RATELIMIT_SERVICE_ADDRESS');
   const scope = rateLimitScope(env, redisUrl, rateLimitService);
   const bindAddress = str(env, 'AUTHZ_BIND_ADDRESS') ?? '127.0.0.1';
@@ -497,8 +513,11 @@ export function loadConfig(env: Env = process.env): Config {
     marketAddress: str(env, 'MARKET_ADDRESS') ?? '127.0.0.1',
 
     xffNumTrustedHops: int(env, 'XFF_NUM_TRUSTED_HOPS', 0, 0, 10),
-    rpsPerIp: int(env, 'RPS_PER_IP', 20, 1, 1_000_000),
-    rateBurst: int(env, 'RATE_BURST', 40, 1, 10_000_000),
+    rpsPerIp,
+    rateBurst,
+    ratePrefixV6: int(env, 'RATE_PREFIX_V6', 48, 32, 64),
+    rpsPerPrefix,
+    prefixBurst,
     rateLimitScope: scope,
     rateLimitService: rateLimitService === undefined ? undefined : Object.freeze(rateLimitService),
 

@@ -109,7 +109,9 @@ export const ORDER_PAYLOAD_METADATA_KEY = 'order_payload';
  * two the local limiter uses. Exactly one matches a request: an IPv4 client (an IPv4-mapped one
  * already written as its IPv4 in x-edge-client-ip) `[client=v4, client_ip=<address>]`, an IPv6
  * client `[client=v6, masked_remote_address=<its /64>]` (Envoy writes `2001:db8:3:ffff::/64`).
- * The TS service (authz/src/ratelimit/) and another implementation's rendered config
+ * An IPv6 client's request also carries its prefix's (RATE_PREFIX_V6, default /48)
+ * `[prefix=v6, masked_remote_address=<its /48>]` (`2001:db8:3::/48`): the coarser bucket of one
+ * subscriber's allocation, taken with the client's. The TS service (authz/src/ratelimit/) and another implementation's rendered config
  * (envoy/render/global-rate-limit.ts) both key on these.
  */
 export const RATE_LIMIT = {
@@ -121,6 +123,8 @@ export const RATE_LIMIT = {
   v6AddressKey: 'masked_remote_address',
   /** The prefix an IPv6 client is masked to (one end site). */
   v6PrefixLength: 64,
+  /** The prefix descriptor's first entry: `[prefix=v6, masked_remote_address=<prefix>]`. */
+  prefixKey: 'prefix',
   /**
    * The most one bucket answer may take (Envoy's ratelimit filter timeout, or the Check's own
    * bound when the Check takes the bucket); past it the request fails open to the local limit.

@@ -1,20 +1,26 @@
 /**
- * The global rate limit's state: one token bucket per client in Redis, taken atomically by one
- * Lua script (GCRA, the "generic cell rate algorithm": the bucket is a single number, the
- * theoretical arrival time TAT of the next request at the steady rate).
+ * The global rate limit's state: token buckets in Redis, taken atomically by one Lua script
+ * (GCRA, the "generic cell rate algorithm": a bucket is a single number, the theoretical arrival
+ * time TAT of the next request at the steady rate).
  *
- * Key scheme: `edge:rl:<client>`, where the client is the key Envoy's local limiter uses:
- *   - an IPv4 address as written (`edge:rl:192.0.2.7`); an IPv4-mapped IPv6 address
- *     (`::ffff:192.0.2.7`) is its IPv4;
- *   - an IPv6 address's /64, in the form Envoy's masked_remote_address writes it
- *     (`edge:rl:2001:db8:3:ffff::/64`).
+ * Two kinds of bucket, the keys Envoy's local limiter uses:
+ *   - the client's, `edge:rl:<client>`: an IPv4 address as written (`edge:rl:192.0.2.7`; an
+ *     IPv4-mapped IPv6 address `::ffff:192.0.2.7` is its IPv4), an IPv6 address's /64 in the form
+ *     Envoy's masked_remote_address writes it (`edge:rl:2001:db8:3:ffff::/64`): RATE_BURST tokens
+ *     refilled at RPS_PER_IP per second;
+ *   - an IPv6 client's prefix's, `edge:rl:<prefix>` (RATE_PREFIX_V6, default 48:
+ *     `edge:rl:2001:db8:3::/48`): PREFIX_BURST tokens refilled at RPS_PER_PREFIX, shared by every
+ *     /64 of one subscriber's allocation. An IPv4 client has none (docs/api.md "Client address,
+ *     geo and rate limit"). The two kinds cannot collide: a prefix is shorter than /64.
  * The value is the TAT in microseconds of Redis's clock (TIME, so every replica of the edge
  * shares one clock); the key expires on its own when the bucket would be full again, so an idle
  * client costs nothing and a full bucket is "no key".
  *
- * Token-bucket semantics, the same as Envoy's local limiter: RATE_BURST tokens, refilled
- * continuously at RPS_PER_IP per second; a request of `hits` tokens (hits_addend) passes when
- * that many are left and then takes them; a refused request takes nothing.
+ * Token-bucket semantics, the same as Envoy's local limiter: a request of `hits` tokens
+ * (hits_addend) passes when its client's bucket and its prefix's bucket both have that many left,
+ * and then takes them from both; a refused request takes nothing from either. All or nothing, in
+ * one script: a /64 over its own limit spends none of its siblings' prefix budget, and a request the
+ * prefix refuses costs its client nothing (Envoy's local stage differs here: docs/envoy.md §3).
  */
 import { isIP } from 'node:net';
 import type { Redis } from 'ioredis';
@@ -23,76 +29,74 @@ import { RATE_LIMIT } from '../common/contract.ts';
 export const RATE_LIMIT_KEY_PREFIX = 'edge:rl:';
 
 /**
- * What both bucket scripts start with: no replication or AOF for what follows (below), Redis's
- * clock in µs (`now`), and ARGV[1] the emission interval and ARGV[2] the burst as `interval` and
- * `capacity` (µs).
- */
-const SCRIPT_PRELUDE = `
-redis.replicate_commands()
-redis.set_repl(redis.REPL_NONE)
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-local interval = tonumber(ARGV[1])
-local capacity = tonumber(ARGV[2]) * interval
-`;
-
-/**
- * KEYS[1] the client's bucket; ARGV[1] the emission interval in µs (10^6 / RPS_PER_IP),
- * ARGV[2] the burst (RATE_BURST), ARGV[3] the tokens this request takes.
- * Returns {allowed 0|1, tokens left (whole), µs until the bucket is full again}.
+ * One batch of requests against the buckets, in arrival order (RedisBuckets.take: the requests
+ * that arrived while the previous batch was at Redis). KEYS: the distinct buckets of the batch
+ * (at most TAKE_MANY_MAX_KEYS). ARGV[1] the client bucket's emission interval in µs
+ * (10^6 / RPS_PER_IP), ARGV[2] its burst (RATE_BURST), ARGV[3] and ARGV[4] the prefix bucket's
+ * (RPS_PER_PREFIX, PREFIX_BURST); then two per run of identical consecutive requests:
+ * `c × 512 + p` (c the index in KEYS of the client's bucket, p of the prefix's, 0: none) and how
+ * many one-token requests the run holds (negative: one request of that many tokens,
+ * hits_addend). A run keeps one busy client's requests to two arguments (the benchmark's one
+ * client: 2 instead of one per request).
+ * Returns {now (µs of Redis's clock), each key's TAT before the batch (KEYS order), then per run
+ * how many of its requests were granted (the first ones: identical requests, tokens only go)}.
  *
- * - `redis.set_repl(REPL_NONE)`: the bucket is neither written to the append-only file nor
- *   replicated. Its state is worth a second at most; with the AOF's fsync on every write
+ * - A request passes when every bucket it names has the tokens (`tat + hits × interval - now <=
+ *   capacity`); then each takes them, the TAT rounded to a whole µs as it is stored (%.0f), so the
+ *   next request of the batch sees exactly what it would see in a call of its own. A refused
+ *   request takes nothing. One TIME, one round trip for the whole batch; each key read once and
+ *   written once.
+ * - `redis.set_repl(REPL_NONE)`: buckets are neither written to the append-only file nor
+ *   replicated. Their state is worth a second at most; with the AOF's fsync on every write
  *   (docs/operations.md, "Redis durability") each request would otherwise cost an fsync, and a
  *   restart or a failover only gives every client a full bucket again.
  * - TAT is written with %.0f: Lua would print a number with 14 significant digits, i.e. lose the
  *   microseconds of a 16-digit timestamp.
+ * RedisBuckets computes each request's answer (tokens left, time to full) from `now`, the TATs
+ * before the batch and the grants, with the same arithmetic (printfRound).
  */
-export const TAKE_SCRIPT = `${SCRIPT_PRELUDE}local tat = tonumber(redis.call('GET', KEYS[1])) or now
-if tat < now then tat = now end
-local after = tat + tonumber(ARGV[3]) * interval
-if after - now > capacity then
-  return {0, math.floor((capacity - (tat - now)) / interval), math.floor(tat - now)}
+export const TAKE_MANY_SCRIPT = `
+redis.replicate_commands()
+redis.set_repl(redis.REPL_NONE)
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local ci, pi = tonumber(ARGV[1]), tonumber(ARGV[3])
+local ccap, pcap = tonumber(ARGV[2]) * ci, tonumber(ARGV[4]) * pi
+local tat, last, out = {}, {}, {now}
+for k = 1, #KEYS do
+  local v = tonumber(redis.call('GET', KEYS[k])) or now
+  if v < now then v = now end
+  tat[k] = v
+  out[k + 1] = v
 end
-redis.call('SET', KEYS[1], string.format('%.0f', after), 'PX', math.ceil((after - now) / 1000))
-return {1, math.floor((capacity - (after - now)) / interval), math.floor(after - now)}
-`;
-
-/**
- * The same bucket for many one-token requests at once (RedisBuckets.take with hits = 1: the
- * requests that arrived while the previous batch was at Redis): KEYS the distinct clients'
- * buckets; ARGV[1] the emission interval, ARGV[2] the burst, ARGV[2 + i] how many one-token
- * requests KEYS[i] has in the batch, in arrival order.
- * Returns {now (µs of Redis's clock), then per key: tokens granted, the key's TAT before the batch}.
- *
- * Each key's requests are taken one after the other exactly as the single script takes them in
- * turn: the same test (a request passes when `tat + interval - now <= capacity`) and the TAT
- * rounded to a whole µs after each grant, as the single script stores it (`%.0f`), so a batch
- * grants exactly what the same requests sent one by one in the same microsecond would have: the
- * first `granted` pass, the rest are refused and take nothing. RedisBuckets computes each
- * request's answer from `now` and the TAT before the batch the same way (printfRound). One TIME,
- * one script, one round trip for the whole batch.
- */
-export const TAKE_MANY_SCRIPT = `${SCRIPT_PRELUDE}local out = {now}
-for i = 1, #KEYS do
-  local tat = tonumber(redis.call('GET', KEYS[i])) or now
-  if tat < now then tat = now end
-  local start = tat
-  local want = tonumber(ARGV[i + 2])
+local n = #KEYS + 1
+for a = 5, #ARGV, 2 do
+  local code, count = tonumber(ARGV[a]), tonumber(ARGV[a + 1])
+  local c, p = math.floor(code / 512), code % 512
+  local hits = 1
+  if count < 0 then hits, count = -count, 1 end
   local granted = 0
-  local last = tat
-  while granted < want do
-    local after = tat + interval
-    if after - now > capacity then break end
-    last = after
-    tat = tonumber(string.format('%.0f', after))
+  while granted < count do
+    local ca = tat[c] + hits * ci
+    if ca - now > ccap then break end
+    local pa
+    if p > 0 then
+      pa = tat[p] + hits * pi
+      if pa - now > pcap then break end
+    end
+    last[c] = ca
+    tat[c] = tonumber(string.format('%.0f', ca))
+    if p > 0 then
+      last[p] = pa
+      tat[p] = tonumber(string.format('%.0f', pa))
+    end
     granted = granted + 1
   end
-  if granted > 0 then
-    redis.call('SET', KEYS[i], string.format('%.0f', tat), 'PX', math.ceil((last - now) / 1000))
-  end
-  out[2 * i] = granted
-  out[2 * i + 1] = start
+  n = n + 1
+  out[n] = granted
+end
+for k = 1, #KEYS do
+  if last[k] then redis.call('SET', KEYS[k], string.format('%.0f', tat[k]), 'PX', math.ceil((last[k] - now) / 1000)) end
 end
 return out
 `;
@@ -109,7 +113,7 @@ export function printfRound(x: number): number {
   return f % 2 === 0 ? f : f + 1;
 }
 
-/** At most this many distinct clients per TAKE_MANY_SCRIPT call (a larger batch is split). */
+/** At most this many distinct buckets per TAKE_MANY_SCRIPT call (a larger batch is split; under 512, the script's index packing). */
 export const TAKE_MANY_MAX_KEYS = 256;
 
 /**
@@ -128,44 +132,78 @@ export interface BatchPolicy {
   readonly lingerMs: number;
 }
 
-export interface Take {
-  readonly allowed: boolean;
-  /** Whole tokens left after this request (before it, when refused). */
+/** One bucket after a request: whole tokens left (after it when granted, before it when refused), µs until full (0: full). */
+export interface BucketState {
   readonly remaining: number;
-  /** Microseconds until the bucket is full again (0: full). */
   readonly untilFullUs: number;
 }
 
+/** The answer to one request: the client's bucket (remaining, untilFullUs) and, for an IPv6 client, its prefix's. */
+export interface Take extends BucketState {
+  readonly allowed: boolean;
+  /** The prefix's bucket; undefined when the request had none (IPv4, or RATE_PREFIX_V6=64). */
+  readonly prefix?: BucketState;
+}
+
+/** The two buckets' settings (Config has them all). */
 export interface BucketLimits {
   readonly rpsPerIp: number;
   readonly rateBurst: number;
+  /** RATE_PREFIX_V6: the prefix bucket's length (64: none). */
+  readonly ratePrefixV6: number;
+  readonly rpsPerPrefix: number;
+  readonly prefixBurst: number;
+}
+
+/**
+ * The bucket an answer's x-ratelimit-* headers describe (docs/api.md): on a refusal the one that
+ * refused (both: the one whose next token comes later, since the request needs both); on a grant
+ * the one with fewer whole tokens left (a tie: the client's).
+ */
+export function tighter(t: Take, hits: number, limits: BucketLimits): 'client' | 'prefix' {
+  const p = t.prefix;
+  if (p === undefined) return 'client';
+  if (t.allowed) return p.remaining < t.remaining ? 'prefix' : 'client';
+  const clientOut = t.remaining < hits;
+  const prefixOut = p.remaining < hits;
+  if (clientOut && prefixOut) return nextTokenUs(p, limits.rpsPerPrefix) > nextTokenUs(t, limits.rpsPerIp) ? 'prefix' : 'client';
+  return prefixOut ? 'prefix' : 'client';
+}
+
+/** Microseconds until a bucket refilled at `rps` has one more whole token (0 when full). */
+export function nextTokenUs(b: BucketState, rps: number): number {
+  if (b.untilFullUs <= 0) return 0;
+  const intervalUs = 1_000_000 / rps;
+  const part = b.untilFullUs % intervalUs;
+  return part > 0 ? part : intervalUs;
 }
 
 /** The buckets: `take` rejects when Redis cannot answer (the caller fails open). */
 export interface Buckets {
-  take(client: string, hits: number): Promise<Take>;
+  /** `hits` tokens from `client`'s bucket and, when given, from `prefix`'s: both or neither. */
+  take(client: string, hits: number, prefix?: string): Promise<Take>;
 }
 
 interface TakeCommand {
-  edgeRateLimitTake(key: string, intervalUs: string, burst: number, hits: number): Promise<[number, number, number]>;
   edgeRateLimitTakeMany(...args: (string | number)[]): Promise<number[]>;
 }
 
-interface Waiter {
+/** A request waiting for the next batch. */
+interface Pending {
+  readonly client: string;
+  readonly prefix: string | undefined;
+  readonly hits: number;
   resolve(t: Take): void;
   reject(err: unknown): void;
 }
 
 export class RedisBuckets implements Buckets {
   readonly #cmd: TakeCommand;
-  readonly #interval: string;
-  readonly #intervalUs: number;
-  readonly #capacityUs: number;
-  readonly #burst: number;
-  /** One-token requests waiting for the next batch, per client, in arrival order. */
-  #pending = new Map<string, Waiter[]>();
-  /** Requests in #pending. */
-  #pendingCount = 0;
+  readonly #limitArgs: readonly string[];
+  readonly #client: { readonly interval: number; readonly capacity: number };
+  readonly #prefix: { readonly interval: number; readonly capacity: number };
+  /** Requests waiting for the next batch, in arrival order. */
+  #pending: Pending[] = [];
   /** A flush is queued (setImmediate). */
   #scheduled = false;
   /** The linger timer (BATCH), when the next flush waits for more requests. */
@@ -179,7 +217,7 @@ export class RedisBuckets implements Buckets {
   readonly #batch: BatchPolicy;
 
   /**
-   * Defines the scripts on `redis`: call before the client sends its first command (auto-pipelining).
+   * Defines the script on `redis`: call before the client sends its first command (auto-pipelining).
    * `onCall` is told of every script call and how many requests it carries (the
    * edge_ratelimit_redis_calls_total metric); `batch`
    * is BATCH but in tests.
@@ -187,46 +225,39 @@ export class RedisBuckets implements Buckets {
   constructor(redis: Redis, limits: BucketLimits, onCall: (requests: number) => void = () => {}, batch: BatchPolicy = BATCH) {
     this.#onCall = onCall;
     this.#batch = batch;
-    redis.defineCommand('edgeRateLimitTake', { numberOfKeys: 1, lua: TAKE_SCRIPT });
     redis.defineCommand('edgeRateLimitTakeMany', { lua: TAKE_MANY_SCRIPT });
     this.#cmd = redis as unknown as TakeCommand;
-    this.#intervalUs = 1_000_000 / limits.rpsPerIp;
-    this.#interval = String(this.#intervalUs);
-    this.#capacityUs = limits.rateBurst * this.#intervalUs;
-    this.#burst = limits.rateBurst;
+    const clientInterval = 1_000_000 / limits.rpsPerIp;
+    const prefixInterval = 1_000_000 / limits.rpsPerPrefix;
+    this.#client = { interval: clientInterval, capacity: limits.rateBurst * clientInterval };
+    this.#prefix = { interval: prefixInterval, capacity: limits.prefixBurst * prefixInterval };
+    this.#limitArgs = [String(clientInterval), String(limits.rateBurst), String(prefixInterval), String(limits.prefixBurst)];
   }
 
   /**
-   * One request's `hits` tokens. A one-token request (every Check, and Envoy's ratelimit filter
-   * without hits_addend) joins the next batch: the one-token requests that arrive while a batch
-   * is at Redis go together, in one TAKE_MANY_SCRIPT call, when it returns (at the end of the
-   * current event-loop turn when none is; under load up to BATCH.lingerMs later). The same
-   * grants as one call each; one round trip per batch, and a batch grows with the load instead
-   * of each request waiting its turn on the connection. More tokens at once (all or nothing) take
-   * the single script.
+   * One request's `hits` tokens from its client's bucket and its prefix's (when given), in the
+   * next batch: the requests that arrive while a batch is at Redis go together, in one
+   * TAKE_MANY_SCRIPT call, when it returns (at the end of the current event-loop turn when none
+   * is; under load up to BATCH.lingerMs later). The same grants as one call each, in arrival
+   * order; one round trip per batch, and a batch grows with the load instead of each request
+   * waiting its turn on the connection.
    */
-  take(client: string, hits: number): Promise<Take> {
-    if (hits !== 1) {
-      this.#onCall(1);
-      return this.#takeSingle(client, hits);
-    }
+  take(client: string, hits: number, prefix?: string): Promise<Take> {
     return new Promise<Take>((resolve, reject) => {
-      const waiting = this.#pending.get(client);
-      if (waiting === undefined) this.#pending.set(client, [{ resolve, reject }]);
-      else waiting.push({ resolve, reject });
-      this.#pendingCount++;
+      this.#pending.push({ client, prefix, hits, resolve, reject });
       this.#schedule();
     });
   }
 
   /** Queues the next flush, if one may go: none at Redis, none queued, something waiting (BATCH). */
   #schedule(): void {
-    if (this.#inFlight > 0 || this.#pendingCount === 0 || this.#scheduled) return;
+    const waiting = this.#pending.length;
+    if (this.#inFlight > 0 || waiting === 0 || this.#scheduled) return;
     if (this.#linger !== undefined) {
-      if (this.#pendingCount < this.#batch.full) return;
+      if (waiting < this.#batch.full) return;
       clearTimeout(this.#linger);
       this.#linger = undefined;
-    } else if (this.#lastSize >= this.#batch.busy && this.#pendingCount < this.#batch.full) {
+    } else if (this.#lastSize >= this.#batch.busy && waiting < this.#batch.full) {
       const wait = this.#lastSentAt + this.#batch.lingerMs - performance.now();
       if (wait > 0) {
         this.#linger = setTimeout(this.#lingered, wait);
@@ -242,72 +273,98 @@ export class RedisBuckets implements Buckets {
     this.#flush();
   };
 
-  async #takeSingle(client: string, hits: number): Promise<Take> {
-    const [allowed, remaining, untilFullUs] = await this.#cmd.edgeRateLimitTake(RATE_LIMIT_KEY_PREFIX + client, this.#interval, this.#burst, hits);
-    return { allowed: allowed === 1, remaining: Math.max(0, remaining), untilFullUs };
-  }
-
   readonly #flush = (): void => {
     this.#scheduled = false;
     const pending = this.#pending;
-    this.#pending = new Map();
-    this.#lastSize = this.#pendingCount;
+    this.#pending = [];
+    this.#lastSize = pending.length;
     this.#lastSentAt = performance.now();
-    this.#pendingCount = 0;
-    let clients: string[] = [];
-    let waiters: Waiter[][] = [];
-    for (const [client, w] of pending) {
-      clients.push(client);
-      waiters.push(w);
-      if (clients.length === TAKE_MANY_MAX_KEYS) {
-        this.#send(clients, waiters);
-        clients = [];
-        waiters = [];
+    let keys = new Map<string, number>();
+    let from = 0;
+    for (let i = 0; i < pending.length; i++) {
+      const r = pending[i]!;
+      const adds = (keys.has(r.client) ? 0 : 1) + (r.prefix === undefined || keys.has(r.prefix) ? 0 : 1);
+      if (keys.size + adds > TAKE_MANY_MAX_KEYS) {
+        this.#send(keys, pending.slice(from, i));
+        keys = new Map();
+        from = i;
       }
+      if (!keys.has(r.client)) keys.set(r.client, keys.size + 1);
+      if (r.prefix !== undefined && !keys.has(r.prefix)) keys.set(r.prefix, keys.size + 1);
     }
-    if (clients.length > 0) this.#send(clients, waiters);
+    this.#send(keys, from === 0 ? pending : pending.slice(from));
   };
 
-  #send(clients: readonly string[], waiters: readonly Waiter[][]): void {
-    const args: (string | number)[] = [clients.length];
-    for (const c of clients) args.push(RATE_LIMIT_KEY_PREFIX + c);
-    args.push(this.#interval, this.#burst);
-    for (const w of waiters) args.push(w.length);
-    let requests = 0;
-    for (const w of waiters) requests += w.length;
-    this.#onCall(requests);
+  /** One script call: `keys` (bucket → its 1-based index in KEYS) and the requests naming them. */
+  #send(keys: ReadonlyMap<string, number>, requests: readonly Pending[]): void {
+    const args: (string | number)[] = [keys.size];
+    for (const k of keys.keys()) args.push(RATE_LIMIT_KEY_PREFIX + k);
+    args.push(...this.#limitArgs);
+    // Runs of identical consecutive one-token requests: [c × 512 + p, count] (TAKE_MANY_SCRIPT).
+    const runs: number[] = [];
+    let previous = -1;
+    for (const r of requests) {
+      const code = keys.get(r.client)! * 512 + (r.prefix === undefined ? 0 : keys.get(r.prefix)!);
+      if (r.hits === 1 && code === previous) {
+        (args[args.length - 1] as number)++;
+        runs[runs.length - 1]!++;
+        continue;
+      }
+      args.push(code, r.hits === 1 ? 1 : -r.hits);
+      runs.push(1);
+      previous = r.hits === 1 ? code : -1;
+    }
+    this.#onCall(requests.length);
     this.#inFlight++;
     this.#cmd.edgeRateLimitTakeMany(...args).then((out) => {
       this.#inFlight--;
       this.#schedule();
-      const now = out[0]!;
-      for (let i = 0; i < waiters.length; i++) this.#answer(waiters[i]!, out[2 * i + 1]!, out[2 * i + 2]!, now);
+      this.#answer(keys, requests, runs, out);
     }, (err: unknown) => {
       this.#inFlight--;
       this.#schedule();
-      for (const w of waiters) for (const x of w) x.reject(err);
+      for (const r of requests) r.reject(err);
     });
   }
 
   /**
-   * Each waiter's answer, as the single script would have given it in turn (the same
-   * arithmetic from the TAT before the batch and Redis's `now`): the first `granted` pass with
-   * what they left; the rest are refused with what the last grant left.
+   * Each request's answer, as the script decided it (the grants) and with its arithmetic: from
+   * Redis's `now` and each key's TAT before the batch, the requests in order, every grant moving
+   * its buckets' TATs on (rounded as stored).
    */
-  #answer(waiters: readonly Waiter[], granted: number, start: number, now: number): void {
-    const interval = this.#intervalUs;
-    const capacity = this.#capacityUs;
-    let tat = start;
-    for (let j = 0; j < waiters.length; j++) {
-      if (j < granted) {
-        const after = tat + interval;
-        waiters[j]!.resolve({ allowed: true, remaining: Math.max(0, Math.floor((capacity - (after - now)) / interval)), untilFullUs: Math.floor(after - now) });
-        tat = printfRound(after);
-      } else {
-        waiters[j]!.resolve({ allowed: false, remaining: Math.max(0, Math.floor((capacity - (tat - now)) / interval)), untilFullUs: Math.floor(tat - now) });
+  #answer(keys: ReadonlyMap<string, number>, requests: readonly Pending[], runs: readonly number[], out: readonly number[]): void {
+    const now = out[0]!;
+    const tat = out.slice(0, keys.size + 1);
+    const c = this.#client;
+    const p = this.#prefix;
+    let run = 0;
+    let inRun = 0;
+    for (let i = 0; i < requests.length; i++, inRun++) {
+      if (inRun === runs[run]) {
+        run++;
+        inRun = 0;
       }
+      const r = requests[i]!;
+      const granted = inRun < out[keys.size + 1 + run]!;
+      const ci = keys.get(r.client)!;
+      const client = state(tat, ci, r.hits, granted, now, c.interval, c.capacity);
+      if (r.prefix === undefined) {
+        r.resolve({ allowed: granted, remaining: client.remaining, untilFullUs: client.untilFullUs });
+        continue;
+      }
+      const prefix = state(tat, keys.get(r.prefix)!, r.hits, granted, now, p.interval, p.capacity);
+      r.resolve({ allowed: granted, remaining: client.remaining, untilFullUs: client.untilFullUs, prefix });
     }
   }
+}
+
+/** One bucket's state after a request (granted: moves `tat[k]` on as the script stores it). */
+function state(tat: number[], k: number, hits: number, granted: boolean, now: number, interval: number, capacity: number): BucketState {
+  const before = tat[k]!;
+  if (!granted) return { remaining: Math.max(0, Math.floor((capacity - (before - now)) / interval)), untilFullUs: Math.floor(before - now) };
+  const after = before + hits * interval;
+  tat[k] = printfRound(after);
+  return { remaining: Math.max(0, Math.floor((capacity - (after - now)) / interval)), untilFullUs: Math.floor(after - now) };
 }
 
 /** The eight 16-bit groups of an IPv6 address (an embedded dotted IPv4 tail included). */
@@ -331,11 +388,31 @@ function v6Groups(address: string): number[] | undefined {
   return groups.length === 8 && groups.every((g) => g >= 0 && g <= 0xffff) ? groups : undefined;
 }
 
-/** `2001:db8:3:ffff::/64`: the /64 of an address in Envoy's (RFC 5952) form. */
-function prefix64(groups: readonly number[]): string {
-  const first = groups.slice(0, 4);
+/**
+ * `2001:db8:3:ffff::/64`, `2001:db8:3::/48`: an address's prefix of `length` bits (32..64) in
+ * Envoy's (RFC 5952) form. At least four trailing groups are zero, always the longest run, so
+ * the kept groups without their trailing zeros, then `::`.
+ */
+function masked(groups: readonly number[], length: number): string {
+  const kept = Math.ceil(length / 16);
+  const first = groups.slice(0, kept);
+  const partial = length % 16;
+  if (partial !== 0) first[kept - 1] = first[kept - 1]! & ((0xffff << (16 - partial)) & 0xffff);
   while (first.length > 0 && first.at(-1) === 0) first.pop();
-  return `${first.map((g) => g.toString(16)).join(':')}::/${RATE_LIMIT.v6PrefixLength}`;
+  return `${first.map((g) => g.toString(16)).join(':')}::/${length}`;
+}
+
+/** The groups of an address or a masked value (`2001:db8::/64`); undefined for an IPv4 or no address. */
+function groupsOf(value: string): number[] | undefined {
+  const slash = value.indexOf('/');
+  const address = slash === -1 ? value : value.slice(0, slash);
+  return isIP(address) === 6 ? v6Groups(address) : undefined;
+}
+
+/** `::ffff:a.b.c.d` in any form: the IPv4, else undefined. */
+function mappedV4(g: readonly number[]): string | undefined {
+  if (g[0] !== 0 || g[1] !== 0 || g[2] !== 0 || g[3] !== 0 || g[4] !== 0 || g[5] !== 0xffff) return undefined;
+  return `${g[6]! >> 8}.${g[6]! & 255}.${g[7]! >> 8}.${g[7]! & 255}`;
 }
 
 /**
@@ -351,10 +428,32 @@ export function clientOf(value: string): string | undefined {
   if (family !== 6) return undefined;
   const g = v6Groups(address);
   if (g === undefined) return undefined;
-  if (g[0] === 0 && g[1] === 0 && g[2] === 0 && g[3] === 0 && g[4] === 0 && g[5] === 0xffff) {
-    return `${g[6]! >> 8}.${g[6]! & 255}.${g[7]! >> 8}.${g[7]! & 255}`;
-  }
-  return prefix64(g);
+  return mappedV4(g) ?? masked(g, RATE_LIMIT.v6PrefixLength);
+}
+
+/** The buckets one request takes: its client's and, for an IPv6 client, its prefix's. */
+export interface ClientKey {
+  readonly client: string;
+  readonly prefix: string | undefined;
+}
+
+/**
+ * The keys for an address (x-edge-client-ip), built once for RATE_PREFIX_V6: clientOf's client
+ * and, for an IPv6 client (not IPv4-mapped), its prefix of `prefixLength` bits; no prefix when
+ * `prefixLength` is 64 (it would be the client itself). Undefined for anything that is not an address.
+ */
+export function clientKeys(prefixLength: number): (address: string) => ClientKey | undefined {
+  const withPrefix = prefixLength < RATE_LIMIT.v6PrefixLength;
+  return (address) => {
+    const family = isIP(address);
+    if (family === 4) return { client: address, prefix: undefined };
+    if (family !== 6) return undefined;
+    const g = v6Groups(address);
+    if (g === undefined) return undefined;
+    const v4 = mappedV4(g);
+    if (v4 !== undefined) return { client: v4, prefix: undefined };
+    return { client: masked(g, RATE_LIMIT.v6PrefixLength), prefix: withPrefix ? masked(g, prefixLength) : undefined };
+  };
 }
 
 export interface Entry {
@@ -365,7 +464,7 @@ export interface Entry {
 /**
  * The client a descriptor limits: `[client=v4, client_ip=<address>]` or
  * `[client=v6, masked_remote_address=<prefix>]` (contract.ts RATE_LIMIT); undefined for any other
- * descriptor, which this service does not limit.
+ * descriptor, which this service does not limit as a client.
  */
 export function descriptorClient(entries: readonly Entry[]): string | undefined {
   if (entries.length !== 2 || entries[0]!.key !== RATE_LIMIT.familyKey) return undefined;
@@ -373,4 +472,27 @@ export function descriptorClient(entries: readonly Entry[]): string | undefined 
   if (family === RATE_LIMIT.v4 && address.key === RATE_LIMIT.v4AddressKey) return clientOf(address.value);
   if (family === RATE_LIMIT.v6 && address.key === RATE_LIMIT.v6AddressKey) return clientOf(address.value);
   return undefined;
+}
+
+/**
+ * The buckets a client descriptor takes (descriptorClient's client, and for an IPv6 client its
+ * prefix of `prefixLength` bits, as clientKeys derives them); undefined for any other descriptor.
+ */
+export function descriptorKeys(entries: readonly Entry[], prefixLength: number): ClientKey | undefined {
+  const client = descriptorClient(entries);
+  if (client === undefined) return undefined;
+  if (prefixLength >= RATE_LIMIT.v6PrefixLength || !client.includes(':')) return { client, prefix: undefined };
+  return { client, prefix: masked(groupsOf(client)!, prefixLength) };
+}
+
+/**
+ * The prefix a descriptor names: `[prefix=v6, masked_remote_address=<prefix>]`, re-masked to
+ * `prefixLength` bits in the form clientKeys writes; undefined for any other descriptor, an
+ * IPv4(-mapped) address, or with no prefix bucket (64).
+ */
+export function descriptorPrefix(entries: readonly Entry[], prefixLength: number): string | undefined {
+  if (prefixLength >= RATE_LIMIT.v6PrefixLength || entries.length !== 2) return undefined;
+  if (entries[0]!.key !== RATE_LIMIT.prefixKey || entries[0]!.value !== RATE_LIMIT.v6 || entries[1]!.key !== RATE_LIMIT.v6AddressKey) return undefined;
+  const g = groupsOf(entries[1]!.value);
+  return g === undefined || mappedV4(g) !== undefined ? undefined : masked(g, prefixLength);
 }

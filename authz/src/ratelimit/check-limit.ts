@@ -1,16 +1,19 @@
 /**
  * The global rate limit taken inside the ext_authz Check (RATE_LIMIT_SCOPE=global with the TS
- * service as the limiter, i.e. RATELIMIT_SERVICE_ADDRESS unset): the same bucket as
- * RateLimitService (bucket.ts: key scheme, Lua script, RATE_BURST/RPS_PER_IP, the client key
- * clientOf derives from the address Envoy computed), without a second gRPC call per request.
+ * service as the limiter, i.e. RATELIMIT_SERVICE_ADDRESS unset): the same buckets as
+ * RateLimitService (bucket.ts: key scheme, Lua script, limits, the keys clientKeys derives from
+ * the address Envoy computed), without a second gRPC call per request.
  *
  * - Which Checks take it: those whose route Envoy marked (context_extensions `rate_limit:
  *   global`, envoy/render/ext-authz.ts), never the ingest's header phase: one token per request.
+ * - Two buckets for an IPv6 client: its /64's and its prefix's (RATE_PREFIX_V6), taken together,
+ *   both or neither (bucket.ts); an IPv4 client has its own only.
  * - Over the limit: 429 `too many requests` with exactly the body Envoy's local reply writes for
- *   a 429 (json_format: the CONTRACT JSON and a newline) and the x-ratelimit-* headers of the
- *   global budget, as the ratelimit filter's 429 carried them.
- * - Allowed: the x-ratelimit-* headers of the global budget (limit = RATE_BURST, whole tokens
- *   left, seconds to the next token), added by Envoy to the response.
+ *   a 429 (json_format: the CONTRACT JSON and a newline), whichever bucket refused, and the
+ *   x-ratelimit-* headers of the refusing bucket, as the ratelimit filter's 429 carried them.
+ * - Allowed: the x-ratelimit-* headers of the tighter bucket (fewer whole tokens left; limit =
+ *   RATE_BURST or PREFIX_BURST, whole tokens left, seconds to the next token), added by Envoy to
+ *   the response (bucket.ts `tighter`).
  * - Fail open: Redis failing (edge_ratelimit_redis_errors_total) or slower than RATE_LIMIT.timeoutMs
  *   (edge_ratelimit_late_total; Envoy's ratelimit filter had the same 100-ms timeout) lets the
  *   request go on without headers; each counts as edge_ratelimit_decisions_total{code="fail_open"}.
@@ -22,7 +25,7 @@ import type { Logger } from '../common/log.ts';
 import type { AuthzMetrics } from '../common/metrics.ts';
 import type { AuthzInput } from '../authz/codec/request.ts';
 import type { Decision, Header } from '../authz/decision.ts';
-import { clientOf, type BucketLimits, type Buckets, type Take } from './bucket.ts';
+import { clientKeys, nextTokenUs, tighter, type BucketLimits, type Buckets, type BucketState, type Take } from './bucket.ts';
 
 /** What the bucket said about one request. */
 export interface LimitVerdict {
@@ -47,32 +50,41 @@ const FAIL_OPEN: LimitVerdict = Object.freeze({});
 export const REMAINING_TABLE_MAX = 1024;
 
 /** Seconds until the bucket has one more whole token (0 when full), as the x-ratelimit-reset header writes it. */
-export function resetSeconds(t: Take, rpsPerIp: number): number {
-  if (t.untilFullUs <= 0) return 0;
-  const intervalUs = 1_000_000 / rpsPerIp;
-  const part = t.untilFullUs % intervalUs;
-  return Math.ceil((part > 0 ? part : intervalUs) / 1_000_000);
+export function resetSeconds(b: BucketState, rps: number): number {
+  return Math.ceil(nextTokenUs(b, rps) / 1_000_000);
 }
 
-/** Takes one token from `client`'s global bucket; never rejects. */
-export type CheckLimiter = (client: string) => Promise<LimitVerdict>;
+/**
+ * Takes one token from the buckets of the client at `address` (x-edge-client-ip); never rejects.
+ * Undefined when `address` is not an address (not limited here).
+ */
+export type CheckLimiter = (address: string) => Promise<LimitVerdict> | undefined;
 
 export function createCheckLimiter(deps: CheckLimitDeps): CheckLimiter {
   const { buckets, limits, metrics, logger } = deps;
   const timeoutMs = deps.timeoutMs ?? RATE_LIMIT.timeoutMs;
-  const limitHeader: Header = ['x-ratelimit-limit', String(limits.rateBurst)];
-  // The header values answers usually carry, built once: remaining ∈ [0, RATE_BURST] up to
-  // REMAINING_TABLE_MAX (RATE_BURST may be set up to millions; a larger remainder is built per answer).
-  const remainingHeaders: Header[] = Array.from({ length: Math.min(limits.rateBurst, REMAINING_TABLE_MAX) + 1 }, (_, n) => ['x-ratelimit-remaining', String(n)]);
+  const keyOf = clientKeys(limits.ratePrefixV6);
+  // The header values answers usually carry, built once: x-ratelimit-limit of each bucket;
+  // remaining ∈ [0, the larger burst] up to REMAINING_TABLE_MAX (a burst may be set up to
+  // millions; a larger remainder is built per answer).
+  const clientLimit: Header = ['x-ratelimit-limit', String(limits.rateBurst)];
+  const prefixLimit: Header = ['x-ratelimit-limit', String(limits.prefixBurst)];
+  const tableSize = Math.min(Math.max(limits.rateBurst, limits.prefixBurst), REMAINING_TABLE_MAX) + 1;
+  const remainingHeaders: Header[] = Array.from({ length: tableSize }, (_, n) => ['x-ratelimit-remaining', String(n)]);
   const resetHeaders: Header[] = [];
   const resetHeader = (s: number): Header => (resetHeaders[s] ??= ['x-ratelimit-reset', String(s)]);
-  const headersOf = (t: Take): Header[] => [limitHeader, remainingHeaders[t.remaining] ?? ['x-ratelimit-remaining', String(t.remaining)], resetHeader(resetSeconds(t, limits.rpsPerIp))];
-  // The 429s, one per distinct header set (a refused take has nothing left: in practice one or two).
+  const headersOf = (t: Take): Header[] => {
+    const prefix = tighter(t, 1, limits) === 'prefix';
+    const b: BucketState = prefix ? t.prefix! : t;
+    return [prefix ? prefixLimit : clientLimit, remainingHeaders[b.remaining] ?? ['x-ratelimit-remaining', String(b.remaining)],
+      resetHeader(resetSeconds(b, prefix ? limits.rpsPerPrefix : limits.rpsPerIp))];
+  };
+  // The 429s, one per distinct header set (a refused take has nothing left: in practice a few).
   const prefix = errorJsonPrefix('too many requests');
   const denials = new Map<string, Decision>();
   const denialOf = (t: Take): Decision => {
     const h = headersOf(t);
-    const key = `${h[1]![1]}|${h[2]![1]}`;
+    const key = `${h[0]![1]}|${h[1]![1]}|${h[2]![1]}`;
     let d = denials.get(key);
     if (d === undefined) {
       d = {
@@ -113,26 +125,30 @@ export function createCheckLimiter(deps: CheckLimitDeps): CheckLimiter {
     return { headers: headersOf(t) };
   };
 
-  return (client) => new Promise<LimitVerdict>((resolve) => {
-    let done = false;
-    const timer = setTimeout(() => {
-      done = true;
-      metrics.rateLimitLate();
-      metrics.rateLimit('fail_open');
-      resolve(FAIL_OPEN);
-    }, timeoutMs);
-    buckets.take(client, 1).then((t) => {
-      if (done) return;
-      done = true;
-      clearTimeout(timer);
-      resolve(answered(t));
-    }, (err: unknown) => {
-      if (done) return;
-      done = true;
-      clearTimeout(timer);
-      resolve(failOpen(err));
+  return (address) => {
+    const key = keyOf(address);
+    if (key === undefined) return undefined;
+    return new Promise<LimitVerdict>((resolve) => {
+      let done = false;
+      const timer = setTimeout(() => {
+        done = true;
+        metrics.rateLimitLate();
+        metrics.rateLimit('fail_open');
+        resolve(FAIL_OPEN);
+      }, timeoutMs);
+      buckets.take(key.client, 1, key.prefix).then((t) => {
+        if (done) return;
+        done = true;
+        clearTimeout(timer);
+        resolve(answered(t));
+      }, (err: unknown) => {
+        if (done) return;
+        done = true;
+        clearTimeout(timer);
+        resolve(failOpen(err));
+      });
     });
-  });
+  };
 }
 
 /**
@@ -156,9 +172,9 @@ type Evaluate = (input: AuthzInput) => Decision | Promise<Decision>;
  */
 export function withGlobalLimit(limiter: CheckLimiter, decide: Evaluate): Evaluate {
   return (input) => {
-    const client = input.globalLimit === true && input.phase === undefined ? clientOf(input.clientIp) : undefined;
-    if (client === undefined) return decide(input);
-    return limiter(client).then((v) => {
+    const verdict = input.globalLimit === true && input.phase === undefined ? limiter(input.clientIp) : undefined;
+    if (verdict === undefined) return decide(input);
+    return verdict.then((v) => {
       if (v.denial !== undefined) return v.denial;
       const headers = v.headers;
       const result = decide(input);

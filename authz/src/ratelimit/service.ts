@@ -3,16 +3,21 @@
  * global rate limit (RATE_LIMIT_SCOPE=global) that Envoy's envoy.filters.http.ratelimit asks
  * after its local bucket (docs/envoy.md §3).
  *
- * - Domain `edge`, the two per-client descriptors (contract.ts RATE_LIMIT); each is one token
- *   bucket in Redis (bucket.ts) of RATE_BURST tokens refilled at RPS_PER_IP per second, taken
- *   `hits_addend` tokens at a time (0, the default, counts as 1; a descriptor's own hits_addend
- *   wins). Another domain, or a descriptor it does not know, is answered OK with no limit (as
- *   envoyproxy/ratelimit answers what its config does not name).
- * - The answer carries the standard statuses (code, current_limit RPS_PER_IP per SECOND,
- *   limit_remaining, duration_until_reset: the time to the next token) and, as
+ * - Domain `edge`, the per-client descriptors and the prefix descriptor (contract.ts RATE_LIMIT).
+ *   A client descriptor takes its client's token bucket in Redis (bucket.ts: RATE_BURST tokens
+ *   refilled at RPS_PER_IP per second) and, for an IPv6 client, its prefix's (PREFIX_BURST,
+ *   RPS_PER_PREFIX; RATE_PREFIX_V6), both or neither, exactly as the Check does; `hits_addend`
+ *   tokens at a time (0, the default, counts as 1; a descriptor's own hits_addend wins). The
+ *   prefix descriptor Envoy sends beside it is answered from that same take (one token per
+ *   request, not two); a prefix descriptor without its client's descriptor in the request is not
+ *   limited here. Another domain, or a descriptor it does not know, is answered OK with no limit
+ *   (as envoyproxy/ratelimit answers what its config does not name).
+ * - The answer carries the standard statuses (code, current_limit RPS_PER_IP or RPS_PER_PREFIX
+ *   per SECOND, limit_remaining, duration_until_reset: the time to the next token) and, as
  *   response_headers_to_add, the x-ratelimit-* headers in the local limiter's own format from
- *   the real global budget: limit = RATE_BURST, the whole tokens left, and the seconds until
- *   the next token (Envoy's draft-03 headers would write `20, 20;w=1` instead; the filter's are off).
+ *   the real global budget of the tighter bucket (bucket.ts `tighter`): limit = its burst, the
+ *   whole tokens left, and the seconds until its next token (Envoy's draft-03 headers would write
+ *   `20, 20;w=1` instead; the filter's are off).
  * - Fail open: when Redis cannot take a bucket the descriptor is answered OK without headers,
  *   counted (edge_ratelimit_redis_errors_total, edge_ratelimit_decisions_total{code="fail_open"})
  *   and logged once per outage: the request meets only Envoy's local per-replica limit. An
@@ -27,7 +32,7 @@ import { loadPackageDefinition, SERVICE_NAMES } from '../../../proto/index.ts';
 import { RATE_LIMIT } from '../common/contract.ts';
 import type { Logger } from '../common/log.ts';
 import type { AuthzMetrics } from '../common/metrics.ts';
-import { descriptorClient, type BucketLimits, type Buckets, type Take } from './bucket.ts';
+import { descriptorKeys, descriptorPrefix, nextTokenUs, tighter, type BucketLimits, type Buckets, type BucketState, type ClientKey, type Take } from './bucket.ts';
 import { CODE, decodeRateLimitRequest, encodeRateLimitResponse, type DescriptorStatus, type RateLimitRequest, type RateLimitResponse } from './codec.ts';
 
 /** A gRPC service beside Check on the same server (authz/grpc-server.ts registers it). */
@@ -50,76 +55,81 @@ export interface RateLimitServiceDeps {
 
 const NO_LIMIT: DescriptorStatus = { code: CODE.OK };
 
-/** The x-ratelimit-* headers of one bucket answer, as the local limiter writes them. */
-function headersOf(t: Take, limits: BucketLimits, resetMs: number): [string, string][] {
+/** The x-ratelimit-* headers of one bucket, as the local limiter writes them. */
+function headersOf(b: BucketState, burst: number, rps: number): [string, string][] {
   return [
-    ['x-ratelimit-limit', String(limits.rateBurst)],
-    ['x-ratelimit-remaining', String(t.remaining)],
-    ['x-ratelimit-reset', String(Math.ceil(resetMs / 1000))],
+    ['x-ratelimit-limit', String(burst)],
+    ['x-ratelimit-remaining', String(b.remaining)],
+    ['x-ratelimit-reset', String(Math.ceil(nextTokenUs(b, rps) / 1_000_000))],
   ];
 }
 
-/** Milliseconds until the bucket has one more whole token (0 when full). */
-function nextTokenMs(t: Take, limits: BucketLimits): number {
-  if (t.untilFullUs <= 0) return 0;
-  const intervalUs = 1_000_000 / limits.rpsPerIp;
-  const part = t.untilFullUs % intervalUs;
-  return (part > 0 ? part : intervalUs) / 1000;
+/** A descriptor's status from one bucket of a take. */
+function statusOf(t: Take, b: BucketState, hits: number, rps: number): DescriptorStatus {
+  return { code: !t.allowed && b.remaining < hits ? CODE.OVER_LIMIT : CODE.OK, limitPerSecond: rps, remaining: b.remaining, resetMs: nextTokenUs(b, rps) / 1000 };
 }
 
+/** A client descriptor's take (undefined: Redis failed, answered OK). */
 interface Outcome {
-  readonly status: DescriptorStatus;
-  /** The bucket's answer; undefined for a descriptor not limited here, or when Redis failed. */
-  readonly take?: Take;
-  readonly resetMs?: number;
-  /** Redis could not take the bucket (answered OK: fail open). */
-  readonly failed?: boolean;
+  readonly take: Take | undefined;
+  readonly hits: number;
 }
-
-const NOT_LIMITED: Outcome = { status: NO_LIMIT };
 
 /** The decision for one request, from the Redis buckets; never rejects. */
 export function createRateLimitHandler(deps: RateLimitServiceDeps): (req: RateLimitRequest) => Promise<RateLimitResponse> {
   const { buckets, limits, metrics, logger } = deps;
   let failing = false;
-  const limitOne = async (b: Buckets, client: string, hits: number): Promise<Outcome> => {
+  const takeOne = async (b: Buckets, key: ClientKey, hits: number): Promise<Outcome> => {
     try {
-      const take = await b.take(client, hits);
+      const take = await b.take(key.client, hits, key.prefix);
       if (failing) {
         failing = false;
         logger.info('global rate limit: Redis answers again');
       }
-      const resetMs = nextTokenMs(take, limits);
-      return { status: { code: take.allowed ? CODE.OK : CODE.OVER_LIMIT, limitPerSecond: limits.rpsPerIp, remaining: take.remaining, resetMs }, take, resetMs };
+      return { take, hits };
     } catch (err) {
       metrics.rateLimitRedisError();
       if (!failing) {
         failing = true;
         logger.warn({ err: String(err) }, 'global rate limit: Redis unavailable, answering OK (each Envoy keeps its local per-client limit) until it is back');
       }
-      return { status: NO_LIMIT, failed: true };
+      return { take: undefined, hits };
     }
   };
   return async (req) => {
     const known = req.domain === RATE_LIMIT.domain && buckets !== undefined;
-    const outcomes = await Promise.all(req.descriptors.map((d) => {
-      const client = known ? descriptorClient(d.entries) : undefined;
-      return client === undefined ? NOT_LIMITED : limitOne(buckets!, client, Math.max(1, d.hitsAddend ?? req.hitsAddend));
-    }));
-    let overall: DescriptorStatus['code'] = CODE.OK;
-    let failed = false;
-    let tightest: Outcome | undefined;
-    for (const o of outcomes) {
-      if (o.status.code === CODE.OVER_LIMIT) overall = CODE.OVER_LIMIT;
-      if (o.failed === true) failed = true;
-      if (o.take !== undefined && (tightest?.take === undefined || o.take.remaining < tightest.take.remaining)) tightest = o;
-    }
+    const keys = req.descriptors.map((d) => (known ? descriptorKeys(d.entries, limits.ratePrefixV6) : undefined));
+    const outcomes = await Promise.all(keys.map((k, i) => (k === undefined ? undefined
+      : takeOne(buckets!, k, Math.max(1, req.descriptors[i]!.hitsAddend ?? req.hitsAddend)))));
+    let headers: [string, string][] = [];
+    let tightest = Infinity;
+    const statuses = req.descriptors.map((d, i): DescriptorStatus => {
+      const o = outcomes[i];
+      if (o !== undefined) {
+        if (o.take === undefined) return NO_LIMIT;
+        const t = o.take;
+        const prefix = tighter(t, o.hits, limits) === 'prefix';
+        const b: BucketState = prefix ? t.prefix! : t;
+        // The headers of the tightest answer: a refusal before any grant, then the fewest tokens left.
+        const rank = (t.allowed ? 1 : 0) * 1e12 + b.remaining;
+        if (rank < tightest) {
+          tightest = rank;
+          headers = prefix ? headersOf(b, limits.prefixBurst, limits.rpsPerPrefix) : headersOf(b, limits.rateBurst, limits.rpsPerIp);
+        }
+        return statusOf(t, t, o.hits, limits.rpsPerIp);
+      }
+      // A prefix descriptor: answered from the take of its client's descriptor in this request.
+      const prefix = known ? descriptorPrefix(d.entries, limits.ratePrefixV6) : undefined;
+      if (prefix === undefined) return NO_LIMIT;
+      const j = keys.findIndex((k) => k?.prefix === prefix);
+      const mine = j === -1 ? undefined : outcomes[j];
+      if (mine?.take?.prefix === undefined) return NO_LIMIT;
+      return statusOf(mine.take, mine.take.prefix, mine.hits, limits.rpsPerPrefix);
+    });
+    const overall = outcomes.some((o) => o?.take?.allowed === false) ? CODE.OVER_LIMIT : CODE.OK;
+    const failed = outcomes.some((o) => o !== undefined && o.take === undefined);
     metrics.rateLimit(overall === CODE.OVER_LIMIT ? 'over_limit' : failed ? 'fail_open' : 'ok');
-    return {
-      overall,
-      statuses: outcomes.map((o) => o.status),
-      headers: tightest?.take === undefined ? [] : headersOf(tightest.take, limits, tightest.resetMs ?? 0),
-    };
+    return { overall, statuses, headers };
   };
 }
 
