@@ -56,8 +56,10 @@ export async function replays(env: Env, scale: Scale): Promise<Row> {
   const out = await drive(() => hit(env.stack, 'replay', 'POST', '/internal/ingest/market', s.body, { ...CLIENT, ...s.headers }), { concurrency: 200, durationMs: 120_000, maxRequests: scale.replays });
   const c = count(out);
   assert.equal(out.length, scale.replays);
-  assert.equal(c['replay:200'], 1, JSON.stringify(c));
-  assert.equal(c['replay:401'], scale.replays - 1, JSON.stringify(c));
+  const other = out.filter((o) => o.status !== 200 && o.status !== 401);
+  const why = other.length === 0 ? '' : `\n${await explainFailures(env.stack, other)}`;
+  assert.equal(c['replay:200'], 1, JSON.stringify(c) + why);
+  assert.equal(c['replay:401'], scale.replays - 1, JSON.stringify(c) + why);
   return { scenario: '1. replays of one signed ingest', load: `${scale.replays} requests, 200 at a time`, fault: 'the same nonce every time', outcome: `200: ${c['replay:200']}, 401 ingest_replay: ${c['replay:401']}`, recovery: '–' };
 }
 
