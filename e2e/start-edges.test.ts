@@ -135,6 +135,7 @@ function assertCleanStop(out: string, graceMs: number): void {
   assert.ok(stop.length > 0, out);
   assert.doesNotMatch(stop, /ECONNREFUSED|redis error|"level":(50|60)|did not stop within|\[error\]/, stop);
   const secs = Number(/npm start: stopped in ([0-9.]+) s/.exec(stop)?.[1]);
+  // Margin: 1.5 s beyond the TS service's grace for Envoy's drain and the backend and Redis to stop.
   assert.ok(secs < graceMs / 1000 + 1.5, `stopped in ${secs} s (grace ${graceMs} ms):\n${stop}`);
 }
 

@@ -117,9 +117,23 @@ export async function startStack(opts: StackOptions = {}): Promise<Stack> {
 
   const logPath = join(dir, 'processes.log');
   const log = createWriteStream(logPath, { flags: 'a' });
+  // Whole lines, each with its process's name: a chunk may end mid-line, and another process's
+  // chunk written in between would cut a JSON line (an access-log line a test looks up by id)
+  // or a secret the no-secrets-in-logs check searches for.
   const pipe = (name: string, p: ChildProcess): void => {
-    p.stdout?.on('data', (d: Buffer) => log.write(`[${name}] ${d.toString()}`));
-    p.stderr?.on('data', (d: Buffer) => log.write(`[${name}] ${d.toString()}`));
+    for (const stream of [p.stdout, p.stderr]) {
+      let rest = '';
+      stream?.setEncoding('utf8');
+      stream?.on('data', (d: string) => {
+        const lines = (rest + d).split('\n');
+        rest = lines.pop() ?? '';
+        if (!log.writableEnded) for (const l of lines) log.write(`[${name}] ${l}\n`);
+      });
+      stream?.on('end', () => {
+        // Output may still arrive after stop() closed the log (a process's exit comes first).
+        if (rest !== '' && !log.writableEnded) log.write(`[${name}] ${rest}\n`);
+      });
+    }
   };
 
   let authz: ChildProcess | undefined;

@@ -143,6 +143,7 @@ async function run(d: SentinelDeployment, stack: Stack, minReplicas: number, sca
     assert.ok([503, 504].includes(s.o.status) && s.o.json, `unexpected ${s.o.status} ${s.o.body}`);
   }
   assert.equal(rejectedButStored.length, 0, `refused but stored: ${rejectedButStored.map((s) => `${s.o.status} ${s.id}`).join(', ')}`);
+  // ~200/s during the warm-up (2 s short, 20 s full): 100 only proves there was load.
   assert.ok(ackedBeforeKill.length > 100, `load before the kill: ${ackedBeforeKill.length} acknowledged`);
 
   const setting = `REDIS_MIN_REPLICAS=${minReplicas}`;
@@ -162,6 +163,7 @@ async function run(d: SentinelDeployment, stack: Stack, minReplicas: number, sca
     assert.equal(ackedDuringLag.length, 0, `${ackedDuringLag.length} ingests acknowledged while no replica received anything`);
     assert.equal(missing.length, 0, `acknowledged but missing: ${missing.slice(0, 5).map((s) => s.id).join(', ')}`);
     assert.equal(replayedBeforeKill + replayedAfterKill, 0, `acknowledged nonces accepted again: ${JSON.stringify(rc)}`);
+    // Measured ~2.3–2.4 s (Sentinel's down-after 1 s, then the election; docs/reliability.md): ~6× margin.
     assert.ok(recovery !== undefined && recovery <= 15_000, `recovery ${recovery} ms`);
   } else if (scale.lagMs > 0) {
     // Without replica confirmations the same procedure loses what the master alone acknowledged.

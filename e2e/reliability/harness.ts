@@ -10,18 +10,68 @@ import type { Stack } from '../lib/stack.ts';
 import { demoDocument } from '../../scripts/edge-client.ts';
 import { signed, orderBody } from '../lib/client.ts';
 
-export interface Outcome { readonly kind: string; readonly status: number; readonly startedAt: number; readonly endedAt: number; readonly json: boolean; readonly body: string; readonly meta?: string }
+export interface Outcome {
+  readonly kind: string;
+  readonly status: number;
+  readonly startedAt: number;
+  readonly endedAt: number;
+  readonly json: boolean;
+  /** The first 300 characters of the body; for a transport error (status 0), the error. */
+  readonly body: string;
+  /** The x-request-id Envoy answered with (its access-log line has the same id). */
+  readonly requestId?: string;
+  readonly meta?: string;
+}
 
 /** One request through Envoy; never throws (a transport error is status 0). */
 export async function hit(stack: Stack, kind: string, method: string, path: string, body?: Buffer | string, headers: Record<string, string> = {}, meta?: string): Promise<Outcome> {
   const startedAt = Date.now();
+  const m = meta === undefined ? {} : { meta };
   try {
     const res = await fetch(`${stack.edgeUrl}${path}`, { method, headers, ...(body === undefined ? {} : { body: typeof body === 'string' ? body : new Uint8Array(body) }) });
     const text = await res.text();
-    return { kind, status: res.status, startedAt, endedAt: Date.now(), json: (res.headers.get('content-type') ?? '').startsWith('application/json'), body: text.slice(0, 300), ...(meta === undefined ? {} : { meta }) };
-  } catch {
-    return { kind, status: 0, startedAt, endedAt: Date.now(), json: false, body: '', ...(meta === undefined ? {} : { meta }) };
+    const id = res.headers.get('x-request-id');
+    return { kind, status: res.status, startedAt, endedAt: Date.now(), json: (res.headers.get('content-type') ?? '').startsWith('application/json'), body: text.slice(0, 300), ...(id === null ? {} : { requestId: id }), ...m };
+  } catch (err) {
+    const cause = (err as { cause?: { code?: string; message?: string } }).cause;
+    return { kind, status: 0, startedAt, endedAt: Date.now(), json: false, body: `transport error: ${cause?.code ?? ''} ${cause?.message ?? String(err)}`.slice(0, 300), ...m };
   }
+}
+
+/** Envoy's access-log lines (JSON, envoy/render/access-log.ts) by request id. */
+function accessLogLines(stack: Stack, ids: ReadonlySet<string>): Map<string, Record<string, unknown>> {
+  const found = new Map<string, Record<string, unknown>>();
+  for (const raw of stack.logs().split('\n')) {
+    const line = raw.replace(/^\[[a-z]+\] /, '');
+    if (!line.startsWith('{"')) continue;
+    try {
+      const l = JSON.parse(line) as Record<string, unknown>;
+      if (typeof l['request_id'] === 'string' && ids.has(l['request_id'])) found.set(l['request_id'], l);
+    } catch { /* a line cut by the pipe, or not JSON */ }
+  }
+  return found;
+}
+
+/**
+ * What went wrong, for an assertion message: every failed outcome grouped by its status, body
+ * (request id removed) and Envoy's access-log flags, details, upstream host and attempts. Waits
+ * for the lines up to `waitMs`: Envoy flushes its access log every 10 s by default
+ * (--file-flush-interval-msec), so the margin is that interval plus 2 s. Only on the failure path.
+ * With `from` (the fault's time), each group also says when its requests started relative to it.
+ */
+export async function explainFailures(stack: Stack, failed: readonly Outcome[], from?: number, waitMs = 12_000): Promise<string> {
+  const ids = new Set(failed.flatMap((o) => (o.requestId === undefined ? [] : [o.requestId])));
+  let lines = accessLogLines(stack, ids);
+  for (const end = Date.now() + waitMs; lines.size < ids.size && Date.now() < end; lines = accessLogLines(stack, ids)) await sleep(250);
+  const groups = new Map<string, Outcome[]>();
+  for (const o of failed) {
+    const l = o.requestId === undefined ? undefined : lines.get(o.requestId);
+    const log = l === undefined ? 'no access-log line' : ['flags', 'details', 'upstream_host', 'upstream_attempts'].map((k) => `${k}=${String(l[k])}`).join(' ');
+    const key = `${o.kind} ${o.status} ${o.body.replace(o.requestId ?? '\u0000', '<id>')} | ${log}`;
+    groups.set(key, [...(groups.get(key) ?? []), o]);
+  }
+  const span = (v: number[]): string => `${Math.min(...v)}…${Math.max(...v)} ms`;
+  return [...groups].map(([k, os]) => `${os.length}× ${k} | took ${span(os.map((o) => o.endedAt - o.startedAt))}${from === undefined ? '' : `, started ${span(os.map((o) => o.startedAt - from))} after the fault`}`).join('\n');
 }
 
 /** Runs `next()` requests from `concurrency` loops until `untilMs` (or `maxRequests`), at most `rps` per second overall. */

@@ -13,7 +13,7 @@ import { geoFixtures } from '../../authz/test/geo-fixtures.ts';
 import { issue, publishClientCert } from '../../scripts/dev/certs.ts';
 import { startStack, type Stack } from '../lib/driver.ts';
 import { ingest } from '../lib/client.ts';
-import { count, drive, hit, metric, openFds, orderFor, recoveryMs, rssKb, uniqueIngest, type Outcome } from './harness.ts';
+import { count, drive, explainFailures, hit, metric, openFds, orderFor, recoveryMs, rssKb, uniqueIngest, type Outcome } from './harness.ts';
 
 export interface Row { scenario: string; load: string; fault: string; outcome: string; recovery: string }
 export interface Scale { replays: number; redisDownMs: number; soakMs: number }
@@ -56,8 +56,10 @@ export async function replays(env: Env, scale: Scale): Promise<Row> {
   const out = await drive(() => hit(env.stack, 'replay', 'POST', '/internal/ingest/market', s.body, { ...CLIENT, ...s.headers }), { concurrency: 200, durationMs: 120_000, maxRequests: scale.replays });
   const c = count(out);
   assert.equal(out.length, scale.replays);
-  assert.equal(c['replay:200'], 1, JSON.stringify(c));
-  assert.equal(c['replay:401'], scale.replays - 1, JSON.stringify(c));
+  const other = out.filter((o) => o.status !== 200 && o.status !== 401);
+  const why = other.length === 0 ? '' : `\n${await explainFailures(env.stack, other)}`;
+  assert.equal(c['replay:200'], 1, JSON.stringify(c) + why);
+  assert.equal(c['replay:401'], scale.replays - 1, JSON.stringify(c) + why);
   return { scenario: '1. replays of one signed ingest', load: `${scale.replays} requests, 200 at a time`, fault: 'the same nonce every time', outcome: `200: ${c['replay:200']}, 401 ingest_replay: ${c['replay:401']}`, recovery: '–' };
 }
 
@@ -83,7 +85,9 @@ export async function redisDown(env: Env, scale: Scale): Promise<Row> {
   resumeAt = Date.now();
   const out = [...(await load), ...(await reads)];
   // Requests that started after Redis was gone and ended before it returned: none acknowledged.
+  // 300 ms after the kill: a request started just before it may still have reached Redis.
   const during = out.filter((o) => o.kind === 'ingest' && o.startedAt > stopAt + 300 && o.endedAt < resumeAt);
+  // ~200/s for the 10 s down (measured 1942): 50 only proves there was load.
   assert.ok(during.length > 50, `load while down: ${during.length}`);
   assert.equal(during.filter((o) => o.status === 200).length, 0, 'an ingest was acknowledged while Redis was down');
   onlyJsonErrors(out, [503, 504]);
@@ -93,6 +97,7 @@ export async function redisDown(env: Env, scale: Scale): Promise<Row> {
   assert.ok(unknown.every((o) => o.kind === 'ingest' && o.json && o.body.includes('"error":"backend_timeout"') && o.startedAt <= stopAt + 300), 'a 504 other than an ingest in flight at the kill');
   assert.ok(unknown.length <= 8, `${unknown.length} outcome-unknown ingests; at most the 8 in flight`);
   const rec = recoveryMs(out, 'ingest', resumeAt);
+  // The promised bound; measured 480 ms (docs/reliability.md): ~10× margin.
   assert.ok(rec !== undefined && rec <= 5000, `recovery ${rec} ms`);
   // Nothing half-written: every acknowledged ingest is readable; no rejected one appears.
   const ids = sent.map((s) => s.id);
@@ -125,7 +130,11 @@ export async function authzKilled(env: Env): Promise<Row> {
   await env.stack.startAuthz();
   startAt = Date.now();
   const out = await load;
+  // While surely down: from 200 ms after the kill (in-flight Checks end) to 1.5 s before
+  // startAuthz returned (the new process answers Checks during its own start-up, before
+  // startAuthz sees its market port).
   const down = out.filter((o) => o.startedAt > killAt + 200 && o.endedAt < startAt - 1500);
+  // ~300/s over at least ~1.3 s (measured 544): 20 only proves there was load.
   assert.ok(down.length > 20, `load while down: ${down.length}`);
   assert.ok(down.every((o) => o.status === 503 && o.json), 'only 503 JSON while authz is down');
   onlyJsonErrors(out, [503]);
@@ -133,6 +142,7 @@ export async function authzKilled(env: Env): Promise<Row> {
   const delivered = env.stack.backend.deliveries.length - before;
   assert.equal(delivered, accepted, 'every delivered order was checked and acknowledged; none unchecked');
   const rec = recoveryMs(out, 'order', startAt);
+  // The promised bound; measured 25 ms (docs/reliability.md).
   assert.ok(rec !== undefined && rec <= 5000, `recovery ${rec} ms`);
   return { scenario: '3. authz killed and restarted', load: '300 req/s, orders + reads', fault: 'SIGKILL, restart after 3 s', outcome: `while down: ${down.length} × 503 JSON, 0 upstream; orders delivered = accepted = ${accepted}`, recovery: `${rec} ms after restart` };
 }
@@ -171,9 +181,9 @@ export async function certRotation(env: Env): Promise<Row> {
   publishClientCert(join(pki.dir, 'client'), readFileSync(join(pki.dir, 'client-rot.crt')), readFileSync(join(pki.dir, 'client-rot.key')));
   const out = await load;
   const failed = out.filter((o) => o.status !== 200);
-  assert.equal(failed.length, 0, `failed orders: ${JSON.stringify(count(failed))}`);
+  if (failed.length > 0) assert.fail(`failed orders: ${JSON.stringify(count(failed))}\n${await explainFailures(env.stack, failed, rotatedAt)}`);
   const seenNew = env.stack.backend.deliveries.filter((d) => d.clientCertFingerprint === newFp).length;
-  void rotatedAt;
+  // Margin: connections live ≤ 2 s (ORDER_BACKEND_MAX_CONN_SECS) and the load goes on 4.5 s after the swap.
   assert.ok(seenNew > 0, 'the backend never saw the new certificate');
   const rate = Math.round(out.length / 6);
   return { scenario: '5. client certificate rotated on disk', load: `${rate} orders/s`, fault: 'k8s-style ..data swap', outcome: `${out.length} orders, 0 failed; ${seenNew} delivered with the new certificate`, recovery: `new certificate in use during the 4.5 s after the swap (connections live ≤ ORDER_BACKEND_MAX_CONN_SECS=2 s)` };
@@ -195,6 +205,7 @@ export async function geoReplace(env: Env): Promise<Row> {
   assert.equal(failed.length, 0, `failed: ${JSON.stringify(count(failed))}`);
   const refused = (await metric(env.stack, 'edge_geoip_reloads_total{result="failed"}')) - refusedBefore;
   const loaded = (await metric(env.stack, 'edge_geoip_reloads_total{result="ok"}')) - okBefore;
+  // Margin: each file had 1.5 s on disk, the service polls every 200 ms (GEOIP_RELOAD_INTERVAL_MS).
   assert.ok(loaded >= 1, 'the valid replacement was loaded');
   assert.ok(refused >= 1, 'the corrupt replacement was refused and counted');
   // The swapped database (still serving) blocks 192.0.2.0/25 (KP there, CH before).
@@ -234,6 +245,7 @@ export async function soak(env: Env, scale: Scale): Promise<Row> {
   for (const [k, d] of drift.entries()) {
     assert.ok(d < 0.1, `process ${pids[k]} (${['Envoy', 'authz'][k] ?? '?'}) RSS drift ${(d * 100).toFixed(1)} %: ${rss0[k]} → ${rss1[k]} kB`);
   }
+  // Margin: 8 descriptors for connections opening or closing at the moment of the count.
   for (const [k, f] of fd1.entries()) assert.ok(f <= (fd0[k] ?? 0) + 8, `process ${pids[k]} fds ${fd0[k]} → ${f}`);
   return { scenario: '7. soak', load: `150 req/s mixed (reads, orders, ingests) for ${scale.soakMs / 1000} s`, fault: '–', outcome: `${out.length} requests, 0 errors; RSS drift ${drift.map((d) => `${(d * 100).toFixed(1)} %`).join(' / ')} (Envoy / authz); fds ${fd0.join('/')} → ${fd1.join('/')}`, recovery: '–' };
 }

@@ -19,7 +19,9 @@
  * Sentinel; see docs/market-data.md.)
  *
  * Cache: `get()` (order checks) and `page()` (reads) answer from memory while an entry is
- * younger than MARKET_CACHE_TTL_MS. An invalidation message drops the market's entry and every
+ * younger than MARKET_CACHE_TTL_MS; a hit in the second half of that time also starts the read
+ * that refreshes it (`#dueForRefresh`), so an entry in steady use is replaced before it expires
+ * and callers never wait for Redis, and one slow round trip fails nobody. An invalidation message drops the market's entry and every
  * cached page at once (any write may change any page), a local write does the same before it
  * is acknowledged, and a reconnect of the subscriber drops everything. A read that was in
  * flight when an invalidation arrived is answered but not cached (a generation counter), so
@@ -272,14 +274,43 @@ export class RedisMarketStore implements MarketStore {
     this.#pages.clear();
   }
 
-  /** Synchronous on a fresh cache hit; a Promise (one Redis round trip, shared by concurrent callers) on a miss. */
+  /**
+   * Whether a hit on `key` should also start the read that replaces it: less than half of
+   * MARKET_CACHE_TTL_MS left, and no read of it in flight. Without this, the first caller after
+   * expiry waited for Redis and every concurrent caller joined that one round trip: on a busy
+   * host one reply later than REDIS_COMMAND_TIMEOUT_MS failed every order in flight for the
+   * market (20 at once in reliability 5, issue 27). Now a failed refresh is retried by the next
+   * hit, and the entry keeps answering meanwhile; it is never older than the TTL, and with Redis
+   * unreachable for half the TTL it expires and callers fail closed as before.
+   */
+  #dueForRefresh(cache: TtlCache<unknown>, inflight: ReadonlyMap<string, unknown>, key: string, now: number): boolean {
+    const expires = cache.expiresAt(key);
+    return expires !== undefined && expires - now < this.#opts.cacheTtlMs / 2 && !inflight.has(key);
+  }
+
+  /**
+   * Synchronous on a fresh cache hit (one in the second half of its life also refreshes it in the
+   * background); a Promise (one Redis round trip, shared by concurrent callers) on a miss.
+   */
   get(conditionId: string): MarketMeta | undefined | Promise<MarketMeta | undefined> {
     if (this.#subscribed) {
       const now = this.#now();
       const hit = this.#cache.get(conditionId, now);
-      if (hit !== undefined) return hit;
+      if (hit !== undefined) {
+        if (this.#dueForRefresh(this.#cache, this.#inflight, conditionId, now)) {
+          this.#lookup(conditionId).catch((err: unknown) => this.#opts.onError?.('lookup refresh', err));
+        }
+        return hit;
+      }
+      // A market that does not exist is not refreshed ahead: its id is the client's choice, and
+      // an order for it is refused either way.
       if (this.#misses.get(conditionId, now) === null) return undefined;
     }
+    return this.#lookup(conditionId);
+  }
+
+  /** One Redis round trip for `conditionId`, shared by concurrent callers; cached unless an invalidation came first. */
+  #lookup(conditionId: string): Promise<MarketMeta | undefined> {
     const generation = this.#generation;
     return shareInFlight(this.#inflight, conditionId, () => this.#fetch([conditionId]).then(([m]) => {
       const meta = m === undefined ? undefined : metaOfItem(m.item);
@@ -378,11 +409,22 @@ export class RedisMarketStore implements MarketStore {
   page(q: PageQuery): Promise<Page> {
     if (this.#opts.cacheTtlMs === 0) return this.#pageFromRedis(q);
     const key = JSON.stringify([q.active, q.limit, q.after, q.ids]);
-    const now = this.#now();
     if (this.#subscribed) {
+      const now = this.#now();
       const hit = this.#pages.get(key, now);
-      if (hit !== undefined) return Promise.resolve(hit);
+      if (hit !== undefined) {
+        if (this.#dueForRefresh(this.#pages, this.#pageInflight, key, now)) {
+          this.#loadPage(key, q).catch((err: unknown) => this.#opts.onError?.('page refresh', err));
+        }
+        return Promise.resolve(hit);
+      }
     }
+    return this.#loadPage(key, q);
+  }
+
+  /** One Redis round trip for the page `key`, shared by concurrent callers; cached unless an invalidation came first. */
+  #loadPage(key: string, q: PageQuery): Promise<Page> {
+    const now = this.#now();
     const generation = this.#generation;
     return shareInFlight(this.#pageInflight, key, () => this.#pageFromRedis(q).then((page) => {
       if (this.#subscribed && generation === this.#generation) this.#cachePage(key, page, now);

@@ -39,6 +39,11 @@ export class TtlCache<V> {
     return undefined;
   }
 
+  /** When the entry for `key` expires (whether or not that is past), if there is one. */
+  expiresAt(key: string): number | undefined {
+    return this.#map.get(key)?.expires;
+  }
+
   /**
    * Stores `value` until `expires` (the same TTL for every entry). An entry larger than
    * `maxBytes` on its own is not stored. Returns whether it was stored.

@@ -17,7 +17,7 @@ export function createMarketStore(config: Config, redis: Redis | undefined, cloc
     cacheTtlMs: config.marketCacheTtlMs,
     ...(replicas === undefined ? {} : { replicas, writeTimeoutMs: writeTimeoutMs(config) }),
     now: clock.nowMs,
-    onError: (op, err) => logger.warn({ op, err: String(err) }, 'market store subscriber error'),
+    onError: (op, err) => logger.warn({ op, err: String(err) }, 'market store error (subscriber, background refresh or a write being resolved)'),
   });
 }
 
