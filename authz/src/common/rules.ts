@@ -39,6 +39,17 @@ export const RE: { readonly [K in Rule]: RegExp } = Object.freeze(
   Object.fromEntries(Object.entries(PATTERN).map(([k, p]) => [k, new RegExp(p)])) as { [K in Rule]: RegExp },
 );
 
+/**
+ * Bounds on what one request may make the service parse (docs/api.md "Limits"): past them the
+ * answer is a 400 before the costly part runs.
+ */
+export const LIMIT = {
+  /** Levels of arrays and objects an order body may nest (the envelope object is level 1). */
+  orderJsonDepth: 32,
+  /** `conditionId` values one `GET /v1/markets` or `/v1/quotes` query may name. */
+  queryIds: 100,
+} as const;
+
 const B64_BODY = /^[A-Za-z0-9+/]*$/;
 /** The last data character before `==` / `=` must leave the unused bits zero (canonical). */
 const PAD2_LAST = /[AQgw]/;
