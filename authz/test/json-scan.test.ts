@@ -30,7 +30,7 @@ function nested(n: number, inner = '1'): string {
 const cases: Record<string, [text: string, verdict: string]> = {
   '32 levels → fine': [nested(MAX), 'ok'],
   '33 levels → depth': [nested(MAX + 1), 'depth'],
-  '32 levels of arrays only → fine (an array at the top is still not an object)': ['['.repeat(MAX) + ']'.repeat(MAX), 'not_object'],
+  '32 levels of arrays → within the bound (refused only as not an object)': ['['.repeat(MAX) + ']'.repeat(MAX), 'not_object'],
   '33 levels of arrays → depth': ['['.repeat(MAX + 1) + ']'.repeat(MAX + 1), 'depth'],
   '32,700 [ → depth, read no further than level 33': ['['.repeat(32_700) + ']'.repeat(32_700), 'depth'],
   'stops at level 33: what follows is never read': [`${'['.repeat(MAX + 1)}\u0000garbage`, 'depth'],

@@ -164,19 +164,32 @@ function memberValue(b: Buffer, start: number, end: number, hadEscape: boolean):
  * nesting: see the file header.
  */
 export function jsonObjectScanner<K extends string>(names: readonly K[], maxDepth: number): (text: Buffer) => JsonScan<K> {
-  const encoded = names.map((name) => Buffer.from(name, 'latin1'));
-  return (b) => scan(b, maxDepth, names, encoded);
+  const s: Scratch = {
+    encoded: names.map((name) => Buffer.from(name, 'latin1')),
+    starts: new Int32Array(names.length), ends: new Int32Array(names.length), escapes: new Uint8Array(names.length),
+    stack: new Uint8Array(maxDepth + 1),
+  };
+  return (b) => scan(b, maxDepth, names, s);
 }
 
-function scan<K extends string>(b: Buffer, maxDepth: number, names: readonly K[], encoded: readonly Uint8Array[]): JsonScan<K> {
+/**
+ * A scanner's working memory, allocated once: a scan runs to its end synchronously, so one set
+ * per scanner serves every call. Per wanted member: where its last value starts and ends (-1:
+ * absent; end === start: not a scalar) and whether that string had escapes, decoded only once the
+ * whole text is valid; stack[d] is the container at depth d (1 = the outermost).
+ */
+interface Scratch {
+  readonly encoded: readonly Uint8Array[];
+  readonly starts: Int32Array;
+  readonly ends: Int32Array;
+  readonly escapes: Uint8Array;
+  readonly stack: Uint8Array;
+}
+
+function scan<K extends string>(b: Buffer, maxDepth: number, names: readonly K[], scratch: Scratch): JsonScan<K> {
   const n = b.length;
-  // Per wanted member: where its last value starts and ends (-1: absent; end === start: not a
-  // scalar), and whether that string had escapes. Decoded only once the whole text is valid.
-  const starts = new Int32Array(names.length).fill(-1);
-  const ends = new Int32Array(names.length);
-  const escapes = new Uint8Array(names.length);
-  // stack[d] is the container at depth d (1 = the outermost).
-  const stack = new Uint8Array(maxDepth + 1);
+  const { encoded, starts, ends, escapes, stack } = scratch;
+  starts.fill(-1);
   let depth = 0;
   let state = VALUE;
   /** The wanted member whose value comes next (a top-level key was just read), else -1. */
