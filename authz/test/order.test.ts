@@ -9,7 +9,7 @@ import type { Decision } from '../src/authz/decision.ts';
 import { ERROR_STATUS } from '../src/common/errors.ts';
 import { ORDER_PAYLOAD_METADATA_KEY } from '../src/common/contract.ts';
 import { checkOrder, orderStage, parseOrder, type OrderDeps } from '../src/authz/stages/order.ts';
-import { strictBase64Length } from '../src/common/rules.ts';
+import { decodeStrictBase64, strictBase64Length } from '../src/common/rules.ts';
 import type { MarketLookup, MarketMeta } from '../src/common/ports.ts';
 import { fakeMarkets, fixedClock } from './helpers.ts';
 
@@ -54,6 +54,22 @@ for (const [name, [s, len]] of Object.entries(b64cases)) {
     if (len >= 0) assert.equal(Buffer.from(s, 'base64').length, len, 'agrees with the decoder');
   });
 }
+
+test('decodeStrictBase64 – each result is its own copy (the check decodes into a shared scratch buffer)', () => {
+  const a = decodeStrictBase64(Buffer.from('first value').toString('base64'));
+  const b = decodeStrictBase64(Buffer.from('second, longer value').toString('base64'));
+  assert.equal(a?.toString(), 'first value');
+  assert.equal(b?.toString(), 'second, longer value');
+});
+
+test('strictBase64Length / decodeStrictBase64 – inputs past the scratch buffer (an ingest\'s d) are checked the same way', () => {
+  const big = Buffer.alloc(300_000, 0x5a);
+  const text = big.toString('base64');
+  assert.equal(strictBase64Length(text), big.length);
+  assert.deepEqual(decodeStrictBase64(text), big);
+  assert.equal(strictBase64Length(`${text.slice(0, -4)}AB==`), -1, 'non-canonical padding bits');
+  assert.equal(decodeStrictBase64(text.replace('W', '-')), undefined, 'URL-safe alphabet');
+});
 
 // ---------------------------------------------------------------------------------------
 // The order stage
