@@ -485,3 +485,104 @@ describe('attack: 1,000 /64s of one /48 at full speed get one /48\'s budget (iss
     });
   });
 });
+
+/** Envoy's request-header limit (max_request_headers_kb, its default: envoy/render/listener.ts does not set it): request line and headers together. */
+const ENVOY_MAX_REQUEST_HEADERS_BYTES = 60 * 1024;
+
+describe('attack: costly requests (issue 26): deep JSON orders, long id lists, long URLs', () => {
+  let stack: Stack;
+  let market: string;
+  before(async () => {
+    stack = await startStack({ env: ENV, geoipDb: geoFixtures().geoip2 });
+    // The longest id the pattern allows, so the 100-id query below is the longest one allowed.
+    market = `0x${'c'.repeat(120)}${randomBytes(3).toString('hex')}`;
+    assert.equal(market.length, 128);
+    const r = await ingest(stack, market, 1, {}, '192.0.2.33');
+    assert.equal(r.status, 200, r.text);
+  });
+  after(async () => stack?.stop());
+
+  /** An extra order member nesting `levels` arrays: the body then nests `levels + 1` levels. */
+  const nestedArrays = (levels: number): unknown => {
+    let v: unknown = [];
+    for (let d = 1; d < levels; d++) v = [v];
+    return v;
+  };
+
+  test('an order nested 33 levels deep is 400 invalid_json naming the bound, 32 levels is delivered, 32,700 [ are refused at once', async () => {
+    const before = stack.backend.deliveries.length;
+    const deep = await request(stack, 'POST', '/v1/orders', { body: orderBody(market, randomBytes(16), { x: nestedArrays(32) }), headers: { 'content-type': 'application/json' } });
+    assert.equal(deep.status, 400, deep.text);
+    assert.equal(errorCode(deep), 'invalid_json');
+    assert.match(String(deep.json()['message']), /more than 32 levels/);
+    const brackets = await request(stack, 'POST', '/v1/orders', { body: '['.repeat(32_700) + ']'.repeat(32_700), headers: { 'content-type': 'application/json' } });
+    assert.equal(brackets.status, 400, brackets.text);
+    assert.equal(errorCode(brackets), 'invalid_json');
+    assert.equal(stack.backend.deliveries.length, before, 'nothing reached the backend');
+    const payload = randomBytes(16);
+    const bound = await request(stack, 'POST', '/v1/orders', {
+      body: orderBody(market, payload, { x: nestedArrays(31), note: '['.repeat(500) }), headers: { 'content-type': 'application/json' },
+    });
+    assert.equal(bound.status, 200, bound.text);
+    assert.deepEqual(stack.backend.deliveries.at(-1)?.body, payload);
+  });
+
+  test('a query naming 101 conditionIds is 400 invalid_query naming the bound; 100 of the longest ids are served', async () => {
+    const others = Array.from({ length: 99 }, (_, i) => `${String(i).padStart(3, '0')}${'u'.repeat(125)}`);
+    for (const path of ['/v1/markets', '/v1/quotes']) {
+      const ok = await request(stack, 'GET', `${path}?conditionId=${[...others, market].join(',')}`);
+      assert.equal(ok.status, 200, `${path}: ${ok.text.slice(0, 200)}`);
+      assert.ok(ok.text.includes(market), path);
+      const over = await request(stack, 'GET', `${path}?conditionId=${[...others, market, 'x'].join(',')}`);
+      assert.equal(over.status, 400, over.text);
+      assert.equal(errorCode(over), 'invalid_query');
+      assert.match(String(over.json()['message']), /at most 100 per query/);
+    }
+  });
+
+  test('distinct 500-id queries are refused before the store: the page cache does not grow', async () => {
+    const [entries, bytes] = [await metric(stack, 'edge_market_page_cache_entries'), await metric(stack, 'edge_market_page_cache_bytes')];
+    for (let i = 0; i < 300; i += 50) {
+      const replies = await Promise.all(Array.from({ length: 50 }, async (_, j) => {
+        const ids = Array.from({ length: 500 }, (_, k) => `q${i + j}-${k}-${'z'.repeat(90)}`);
+        const res = await fetch(`${stack.edgeUrl}/v1/markets?conditionId=${ids.join(',')}`, { headers: { 'x-forwarded-for': allowedIp() } });
+        return [res.status, ((await res.json()) as { error: string }).error] as const;
+      }));
+      assert.deepEqual([...new Set(replies.map((r) => r.join(' ')))], ['400 invalid_query']);
+    }
+    assert.equal(await metric(stack, 'edge_market_page_cache_entries'), entries, 'no page was cached');
+    assert.equal(await metric(stack, 'edge_market_page_cache_bytes'), bytes);
+  });
+
+  test(`a URL over Envoy's ${ENVOY_MAX_REQUEST_HEADERS_BYTES / 1024} KiB request-header limit is 431 bad_request JSON over HTTP/1.1 and refused over HTTP/2; under it, the service answers`, async () => {
+    const target = (bytes: number): string => {
+      const head = `/v1/markets?conditionId=${market}&x=`;
+      return head + 'a'.repeat(bytes - head.length);
+    };
+    const under = await raw(stack, `GET ${target(ENVOY_MAX_REQUEST_HEADERS_BYTES - 1024)} HTTP/1.1\r\nhost: edge\r\nx-forwarded-for: 192.0.2.34\r\nconnection: close\r\n\r\n`);
+    assert.equal(under.status, 400, under.body.slice(0, 200));
+    assert.equal(JSON.parse(under.body).error, 'invalid_query', 'the market service read it (unknown parameter x)');
+    for (const bytes of [ENVOY_MAX_REQUEST_HEADERS_BYTES + 1024, 4 * ENVOY_MAX_REQUEST_HEADERS_BYTES]) {
+      // The answer comes before the connection closes; a client still sending may see a reset after it.
+      const over = await raw(stack, `GET ${target(bytes)} HTTP/1.1\r\nhost: edge\r\nx-forwarded-for: 192.0.2.35\r\nconnection: close\r\n\r\n`);
+      assert.equal(over.status, 431, `${bytes}-byte URL`);
+      assert.match(over.headers, /\r\ncontent-type: application\/json/);
+      assert.deepEqual(JSON.parse(over.body), { error: 'bad_request', message: 'request headers are too large', requestId: null });
+    }
+    // HTTP/2: Envoy resets the stream (its codec's answer to oversized headers); never served, never a 5xx.
+    const { connect: h2connect } = await import('node:http2');
+    const session = h2connect(stack.edgeUrl);
+    session.on('error', () => { /* the reset is the outcome under test */ });
+    try {
+      const outcome = await new Promise<string>((resolve) => {
+        const req = session.request({ ':path': target(ENVOY_MAX_REQUEST_HEADERS_BYTES + 1024), 'x-forwarded-for': '192.0.2.36' });
+        req.on('response', (h) => resolve(`status ${String(h[':status'])}`));
+        req.on('error', (e: NodeJS.ErrnoException) => resolve(`reset ${e.code ?? e.message}`));
+        req.end();
+      });
+      assert.match(outcome, /^(reset |status 431$)/, outcome);
+    } finally {
+      session.destroy();
+    }
+  });
+});

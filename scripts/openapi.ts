@@ -28,7 +28,7 @@ import { DEFAULT_GEO_NOTICE, loadConfig } from '../authz/src/common/config.ts';
 import { ERROR_MESSAGE, ERROR_STATUS, type ErrorCode } from '../authz/src/common/errors.ts';
 import { MARKET_DOCUMENT_SCHEMA } from '../authz/src/common/feed/schema.ts';
 import { PATHS } from '../authz/src/common/contract.ts';
-import { PATTERN } from '../authz/src/common/rules.ts';
+import { LIMIT, PATTERN } from '../authz/src/common/rules.ts';
 import { ENVELOPE_SCHEMA, MARKETS_QUERY_SCHEMA, MARKETS_RESPONSE_SCHEMA, QUOTE_SCHEMA, QUOTES_QUERY_SCHEMA, QUOTES_RESPONSE_SCHEMA, ROOT_BODY } from '../authz/src/market/schemas.ts';
 import { BAD_REQUEST_MESSAGES, UPSTREAM_TIMEOUT_MESSAGE } from '../envoy/render.ts';
 import { STORE_OUTCOME_UNKNOWN_MESSAGE } from '../authz/src/market/store.ts';
@@ -84,10 +84,10 @@ function errorResponse(status: number, codes: readonly ErrorCode[], opts: { head
 }
 
 /** Envoy's codec-level replies (before routing, before rate limiting): no rate-limit headers. */
-function protocolError(status: number): Obj {
+function protocolError(status: number, note?: string): Obj {
   const message = badRequestMessage(status);
   return {
-    description: `\`bad_request\` (Envoy): ${message}.`,
+    description: `\`bad_request\` (Envoy): ${message}.${note === undefined ? '' : ` ${note}`}`,
     headers: { Connection: headerRef('ConnectionClose') },
     content: json({ allOf: [schemaRef('Error'), { properties: { error: { const: 'bad_request' }, message: { const: message } } }] }),
   };
@@ -109,7 +109,7 @@ function commonErrors(): Obj {
 }
 
 const PARAM_TEXT: Readonly<Record<string, string>> = {
-  conditionId: 'Comma-separated conditionIds, each `^[A-Za-z0-9_.:-]{1,128}$`, up to 500. Unknown ids are simply absent from the page.',
+  conditionId: `Comma-separated conditionIds, each \`${PATTERN.conditionId}\`, at most ${LIMIT.queryIds} (more → 400 \`invalid_query\`). Unknown ids are simply absent from the page.`,
   active: 'Only markets whose `active` field has this value.',
   limit: 'Page size in markets (1..500, default 100). For quotes: the number of markets whose rows are returned.',
   cursor: 'The `nextCursor` of the previous page (opaque; only cursors this service issued are accepted).',
@@ -120,7 +120,7 @@ function readOperation(opts: { opId: string; summary: string; description: strin
   return {
     get: {
       operationId: opts.opId, security: [], summary: opts.summary, tags: ['market data'],
-      description: `${opts.description}\n\nHEAD is answered like GET without a body. Unknown, repeated or malformed query parameters → 400 \`invalid_query\`.`,
+      description: `${opts.description}\n\nHEAD is answered like GET without a body. Unknown, repeated or malformed query parameters, or more than ${LIMIT.queryIds} \`conditionId\` values, → 400 \`invalid_query\`.`,
       parameters: [
         ...Object.entries(opts.query.properties).map(([name, schema]) => ({
           name, in: 'query', required: false, schema, description: PARAM_TEXT[name] ?? name,
@@ -271,7 +271,7 @@ export function buildOpenApi(): Obj {
             + 'and `x-edge-jurisdiction` (see GET /v1/geoblock); a client\'s own copies of these headers never reach the backend). **The backend\'s status and body come back '
             + 'unchanged** — their schema is the backend\'s, not the edge\'s. Orders are never retried by the edge; keep the '
             + '`X-Request-Id` of every answer (the backend can deduplicate on it).\n\n'
-            + `Limits: body ≤ ORDER_MAX_BYTES (default ${defaults.orderMaxBytes}) → else 413; decoded payload 1..ORDER_PAYLOAD_MAX_BYTES `
+            + `Limits: body ≤ ORDER_MAX_BYTES (default ${defaults.orderMaxBytes}) → else 413; arrays and objects nested at most ${LIMIT.orderJsonDepth} levels deep, the envelope being level 1 → else 400 \`invalid_json\`; decoded payload 1..ORDER_PAYLOAD_MAX_BYTES `
             + `(default ${defaults.orderPayloadMaxBytes}); deadline ≤ now + ORDER_MAX_TTL_SECS (default ${defaults.orderMaxTtlSecs}).`,
           requestBody: { required: true, content: json(schemaRef('OrderRequest')) },
           responses: {
@@ -363,7 +363,8 @@ export function buildOpenApi(): Obj {
       responses: {
         RequestTimeout: protocolError(408),
         UriTooLong: protocolError(414),
-        HeadersTooLarge: protocolError(431),
+        HeadersTooLarge: protocolError(431, 'The request line and headers together are over Envoy\'s request-header limit (`max_request_headers_kb`, 60 KiB by default): '
+          + 'a URL counts against it, and a long one is answered with this 431. Over HTTP/2 Envoy resets the stream instead.'),
         TooManyRequests: {
           description: `\`too many requests\`: the client address's token bucket is empty (RATE_BURST, default ${defaults.rateBurst}; RPS_PER_IP, default ${defaults.rpsPerIp}/s), `
             + `or its IPv6 prefix's (PREFIX_BURST, default ${defaults.prefixBurst}; RPS_PER_PREFIX, default ${defaults.rpsPerPrefix}/s). `

@@ -9,7 +9,7 @@ import type { Decision } from '../src/authz/decision.ts';
 import { ERROR_STATUS } from '../src/common/errors.ts';
 import { ORDER_PAYLOAD_METADATA_KEY } from '../src/common/contract.ts';
 import { checkOrder, orderStage, parseOrder, type OrderDeps } from '../src/authz/stages/order.ts';
-import { strictBase64Length } from '../src/common/rules.ts';
+import { decodeStrictBase64, strictBase64Length } from '../src/common/rules.ts';
 import type { MarketLookup, MarketMeta } from '../src/common/ports.ts';
 import { fakeMarkets, fixedClock } from './helpers.ts';
 
@@ -55,6 +55,22 @@ for (const [name, [s, len]] of Object.entries(b64cases)) {
   });
 }
 
+test('decodeStrictBase64 – each result is its own copy (the check decodes into a shared scratch buffer)', () => {
+  const a = decodeStrictBase64(Buffer.from('first value').toString('base64'));
+  const b = decodeStrictBase64(Buffer.from('second, longer value').toString('base64'));
+  assert.equal(a?.toString(), 'first value');
+  assert.equal(b?.toString(), 'second, longer value');
+});
+
+test('strictBase64Length / decodeStrictBase64 – inputs past the scratch buffer (an ingest\'s d) are checked the same way', () => {
+  const big = Buffer.alloc(300_000, 0x5a);
+  const text = big.toString('base64');
+  assert.equal(strictBase64Length(text), big.length);
+  assert.deepEqual(decodeStrictBase64(text), big);
+  assert.equal(strictBase64Length(`${text.slice(0, -4)}AB==`), -1, 'non-canonical padding bits');
+  assert.equal(decodeStrictBase64(text.replace('W', '-')), undefined, 'URL-safe alphabet');
+});
+
 // ---------------------------------------------------------------------------------------
 // The order stage
 // ---------------------------------------------------------------------------------------
@@ -90,6 +106,12 @@ const order = (over: Record<string, unknown> = {}, drop: string[] = []): Buffer 
   return Buffer.from(JSON.stringify(o), 'utf8');
 };
 const raw = (s: string): Buffer => Buffer.from(s, 'utf8');
+/** An extra member nesting `levels` arrays, so the body nests `levels + 1` (the envelope is level 1). */
+const nestedArrays = (levels: number): unknown => {
+  let v: unknown = 1;
+  for (let d = 0; d < levels; d++) v = [v];
+  return v;
+};
 const bytes = (n: number): string => Buffer.alloc(n, 0xa5).toString('base64');
 
 interface Case {
@@ -113,6 +135,15 @@ const cases: Record<string, Case> = {
   'JSON null': { body: raw('null'), code: 'invalid_json' },
   'JSON string': { body: raw('"order"'), code: 'invalid_json' },
   'JSON number': { body: raw('1'), code: 'invalid_json' },
+  // nesting (docs/api.md "Limits"): refused before anything is built
+  'nested 32 levels (the bound)': { body: order({ x: nestedArrays(31) }), code: 'ok' },
+  'nested 33 levels': { body: order({ x: nestedArrays(32) }), code: 'invalid_json' },
+  'nested 33 levels of objects': { body: raw(`{"marketId":"0xopen",${'"a":{'.repeat(32)}${'}'.repeat(32)}}`), code: 'invalid_json' },
+  '32,700 [ and no order at all': { body: raw('['.repeat(32_700) + ']'.repeat(32_700)), code: 'invalid_json' },
+  'brackets inside strings do not count': { body: order({ note: '['.repeat(100), [`${'{'.repeat(40)}"`]: '}' }), code: 'ok' },
+  '7,000 distinct member names (read without building them)': {
+    body: order(Object.fromEntries(Array.from({ length: 7000 }, (_, i) => [`k${i}`, 0]))), code: 'ok',
+  },
   // invalid_order, field named
   'marketId missing': { body: order({}, ['marketId']), code: 'invalid_order', field: 'marketId' },
   'marketId a number': { body: order({ marketId: 7 }), code: 'invalid_order', field: 'marketId' },
@@ -239,6 +270,14 @@ test('order – the status numbers of every order code match docs/api.md "Errors
       ERROR_STATUS.deadline_expired, ERROR_STATUS.deadline_too_far, ERROR_STATUS.invalid_size, ERROR_STATUS.service_unavailable],
     [400, 400, 404, 409, 422, 422, 422, 503],
   );
+});
+
+test('order – a body nested past the bound is refused with a message naming the bound', () => {
+  const d = parseOrder(order({ x: nestedArrays(32) }), 32_768) as Decision;
+  assert.equal(d.code, 'invalid_json');
+  assert.match((JSON.parse(d.body) as { message: string }).message, /more than 32 levels/);
+  const flat = parseOrder(raw('not json'), 32_768) as Decision;
+  assert.doesNotMatch((JSON.parse(flat.body) as { message: string }).message, /levels/, 'a syntax error keeps the plain message');
 });
 
 test('order – parseOrder returns the envelope fields unchanged', () => {

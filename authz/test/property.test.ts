@@ -86,10 +86,16 @@ function atto(s: string): bigint {
   return BigInt(int + frac.padEnd(18, '0'));
 }
 
+/** Levels of arrays and objects in a parsed JSON value (docs/api.md "Limits": at most 32 in an order). */
+function depthOf(v: unknown): number {
+  if (v === null || typeof v !== 'object') return 0;
+  return 1 + Math.max(0, ...Object.values(v).map(depthOf));
+}
+
 function orderValid(body: Buffer | undefined): boolean {
   try {
     const o = JSON.parse((body ?? Buffer.alloc(0)).toString('utf8')) as Record<string, unknown>;
-    if (o === null || typeof o !== 'object' || Array.isArray(o)) return false;
+    if (o === null || typeof o !== 'object' || Array.isArray(o) || depthOf(o) > 32) return false;
     const { marketId, deadline, size, payload } = o;
     if (marketId !== CID) return false;
     if (typeof deadline !== 'number' || !Number.isInteger(deadline) || deadline <= NOW || deadline > NOW + 86_400) return false;

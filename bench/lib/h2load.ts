@@ -58,6 +58,11 @@ export function ensureH2load(log: (msg: string) => void): string | undefined {
 /** One h2load run: target, body, concurrency, duration. */
 export interface H2loadSpec {
   readonly url: string;
+  /**
+   * Optional: a file of URLs, one a line (h2load -i), used instead of `url`: each connection
+   * requests them in turn, from the first. Only the first line's scheme, host and port count.
+   */
+  readonly inputFile?: string;
   /** File holding the request body (a gRPC-framed message); none = GET. */
   readonly dataFile?: string;
   /** HTTP/1.1 instead of HTTP/2 (`--h1`), e.g. for a plain HTTP service. */
@@ -93,6 +98,8 @@ export interface H2loadResult {
   readonly errored: number;
   readonly elapsedSeconds: number;
   readonly reqPerSec: number;
+  /** Responses by status class, as h2load counts them (`status codes: … 2xx, … 3xx, … 4xx, … 5xx`). */
+  readonly statusClasses: { readonly '2xx': number; readonly '3xx': number; readonly '4xx': number; readonly '5xx': number };
   /** Per-request latency in µs (from --log-file). */
   readonly latenciesUs: Float64Array;
 }
@@ -116,7 +123,7 @@ export function runH2load(bin: string, spec: H2loadSpec): Promise<H2loadResult> 
     ...(spec.rpsPerClient === undefined ? [] : ['--rps', String(spec.rpsPerClient)]),
     '--log-file', spec.logFile,
     ...Object.entries(spec.headers).flatMap(([k, v]) => ['-H', `${k}: ${v}`]),
-    spec.url,
+    ...(spec.inputFile === undefined ? [spec.url] : ['-i', spec.inputFile]),
   ];
   return new Promise((resolve, reject) => {
     execFile(bin, args, { maxBuffer: 16 << 20, timeout: (spec.durationSeconds + 30) * 1000 }, (err, stdout, stderr) => {
@@ -140,6 +147,10 @@ export function runH2load(bin: string, spec: H2loadSpec): Promise<H2loadResult> 
           // h2load prints "finished in 3.00s" or, under a second, "finished in 501.04ms".
           elapsedSeconds: num(/finished in ([\d.]+)s/, stdout.replace(/finished in ([\d.]+)ms/, (_m, v: string) => `finished in ${Number(v) / 1000}s`)),
           reqPerSec: num(/finished in [\d.]+m?s, ([\d.]+) req\/s/, stdout),
+          statusClasses: {
+            '2xx': num(/status codes: (\d+) 2xx/, stdout), '3xx': num(/(\d+) 3xx/, stdout),
+            '4xx': num(/(\d+) 4xx/, stdout), '5xx': num(/(\d+) 5xx/, stdout),
+          },
           latenciesUs: Float64Array.from(latencies),
         });
       } catch (e) {

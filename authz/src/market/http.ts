@@ -14,7 +14,7 @@ import { verifyIngestBody } from '../common/feed/envelope.ts';
 import type { Logger } from '../common/log.ts';
 import { MARKETS_QUERY_SCHEMA, QUOTES_QUERY_SCHEMA, ROOT_BODY, type ListQuery } from './schemas.ts';
 import { STORE_OUTCOME_UNKNOWN_MESSAGE, StoreOutcomeUnknownError, type MarketStore, type Page } from './store.ts';
-import { PATTERN, RE } from '../common/rules.ts';
+import { LIMIT, PATTERN, RE } from '../common/rules.ts';
 import { PATHS } from '../common/contract.ts';
 import { MARKET_INGEST_OUTCOMES, MARKET_REQUEST_STATUSES, zeroSeries } from '../common/metrics.ts';
 import type { GeoResult } from '../authz/stages/geo.ts';
@@ -126,6 +126,19 @@ export function shownName(name: string): string {
   return JSON.stringify(cut).replace(/[\u007f-\u009f\u2028\u2029]/g, (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, '0')}`);
 }
 
+/** The invalid_query message for a list longer than LIMIT.queryIds (docs/api.md "Limits"). */
+export const TOO_MANY_IDS = `conditionId names more than ${LIMIT.queryIds} ids; at most ${LIMIT.queryIds} per query`;
+
+/** Whether the comma-separated `list` has more than `max` entries; stops at the (max + 1)th. */
+export function idCountExceeds(list: string, max: number): boolean {
+  let at = -1;
+  for (let commas = 0; commas < max; commas++) {
+    at = list.indexOf(',', at + 1);
+    if (at === -1) return false;
+  }
+  return true;
+}
+
 /** Opaque cursor: base64url of the last conditionId of the page. */
 export function encodeCursor(id: string): string {
   return Buffer.from(id, 'utf8').toString('base64url');
@@ -169,6 +182,8 @@ export function createMarketService(deps: MarketServiceDeps): MarketService {
       if (k in raw) throw new HttpError('invalid_query', `parameter ${shownName(k)} given twice`);
       raw[k] = v;
     }
+    // Before anything else reads the list: more ids than the bound is refused whatever they are.
+    if (raw['conditionId'] !== undefined && idCountExceeds(raw['conditionId'], LIMIT.queryIds)) throw new HttpError('invalid_query', TOO_MANY_IDS);
     // ajv's coercion would take `0x10`, `1e2`, `+5` or ` 5` as numbers: only plain decimals here.
     if (raw['limit'] !== undefined && !/^[0-9]+$/.test(raw['limit'])) {
       throw new HttpError('invalid_query', '/limit must be a decimal integer from 1 to 500');
@@ -186,8 +201,8 @@ export function createMarketService(deps: MarketServiceDeps): MarketService {
       if (after === undefined) throw new HttpError('invalid_query', 'cursor is not one this service issued');
     }
     const ids = q.conditionId === undefined ? undefined : q.conditionId.split(',');
-    if (ids !== undefined && (ids.length > 500 || ids.some((id) => !RE.conditionId.test(id)))) {
-      throw new HttpError('invalid_query', `conditionId must be a comma-separated list of up to 500 ids matching ${PATTERN.conditionId}`);
+    if (ids !== undefined && ids.some((id) => !RE.conditionId.test(id))) {
+      throw new HttpError('invalid_query', `conditionId must be a comma-separated list of up to ${LIMIT.queryIds} ids matching ${PATTERN.conditionId}`);
     }
     return {
       limit: q.limit ?? 100,

@@ -139,9 +139,9 @@ interface Scripts {
 }
 
 /**
- * Bounds on the page cache. Its keys are chosen by clients (any cursor, any list of up to 500
- * conditionIds), so it is bounded by entries and by an estimate of the bytes an entry retains:
- * the key, the page's item and quote strings (fresh copies per Redis reply, so two cached pages
+ * Bounds on the page cache. Its keys are chosen by clients (any cursor, any list of up to 100
+ * conditionIds: LIMIT.queryIds), so it is bounded by entries and by an estimate of the bytes an
+ * entry retains: the key, the page's item and quote strings (fresh copies per Redis reply, so two cached pages
  * that share a market hold it twice), the two bodies rendered from them (markets and quotes,
  * cached beside the page by the HTTP layer), each counted at two bytes per character (V8 keeps a
  * string with any non-Latin-1 character in UTF-16), plus fixed overheads for the Map entry, the

@@ -3,7 +3,7 @@
  * service validates with (ajv) and that docs/openapi.yaml is built from.
  */
 import { MARKET_DOCUMENT_SCHEMA } from '../common/feed/schema.ts';
-import { PATTERN } from '../common/rules.ts';
+import { LIMIT, PATTERN } from '../common/rules.ts';
 
 export const ROOT_BODY = JSON.stringify({ service: 'edge-trading-proxy', version: '1.0.0', api: 'v1' });
 
@@ -11,7 +11,8 @@ export const ROOT_BODY = JSON.stringify({ service: 'edge-trading-proxy', version
 export const MARKETS_QUERY_SCHEMA = {
   type: 'object',
   properties: {
-    conditionId: { type: 'string', minLength: 1, maxLength: 500 * 129 },
+    // LIMIT.queryIds ids of at most 128 characters and the commas between them.
+    conditionId: { type: 'string', minLength: 1, maxLength: LIMIT.queryIds * 129 - 1 },
     active: { type: 'string', enum: ['true', 'false'] },
     limit: { type: 'integer', minimum: 1, maximum: 500 },
     cursor: { type: 'string', minLength: 1, maxLength: 200, pattern: PATTERN.cursor },

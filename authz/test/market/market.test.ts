@@ -11,7 +11,8 @@ import { Registry } from 'prom-client';
 import type { Redis } from 'ioredis';
 import { createRedis } from '../../src/common/adapters/redis.ts';
 import { createLogger } from '../../src/common/log.ts';
-import { createMarketService, MAX_HEADER_BYTES, type MarketService } from '../../src/market/http.ts';
+import { createMarketService, idCountExceeds, MAX_HEADER_BYTES, TOO_MANY_IDS, type MarketService } from '../../src/market/http.ts';
+import { LIMIT } from '../../src/common/rules.ts';
 import {
   INVALIDATION_CHANNEL, MARKET_KEY_PREFIX, MARKET_MISS_CACHE_MAX_ENTRIES, PAGE_CACHE_MAX_BYTES, PAGE_CACHE_MAX_ENTRIES, RedisMarketStore,
 } from '../../src/market/redis-store.ts';
@@ -348,6 +349,41 @@ describe('market service on Redis', () => {
     const nj = await post(a.base, '{nope');
     assert.deepEqual([nj.status, nj.json['error']], [400, 'invalid_json']);
   });
+
+  test('a query names at most 100 conditionIds (docs/api.md "Limits"): 100 of the longest are served, 101 are 400 invalid_query naming the bound, never cached', async () => {
+    const known = `0x${'k'.repeat(126)}`;
+    await a.store.put(doc(known, 1), env(marketDoc(known, 1)));
+    const longest = (i: number): string => `${i.toString().padStart(3, '0')}${'x'.repeat(125)}`;
+    const hundred = [known, ...Array.from({ length: LIMIT.queryIds - 1 }, (_, i) => longest(i))];
+    assert.equal(hundred.length, 100);
+    assert.ok(hundred.every((id) => id.length === 128));
+    for (const path of ['/v1/markets', '/v1/quotes']) {
+      const ok = await fetch(`${a.base}${path}?conditionId=${hundred.join(',')}`);
+      const body = (await ok.json()) as { markets?: { conditionId: string }[]; quotes?: { conditionId: string }[] };
+      assert.equal(ok.status, 200, path);
+      assert.deepEqual([...new Set((body.markets ?? body.quotes ?? []).map((m) => m.conditionId))], [known], path);
+      const before = a.store.cachedPages?.entries;
+      for (const ids of [[...hundred, 'one-more'], Array.from({ length: 101 }, () => 'a'), Array.from({ length: 500 }, (_, i) => `id${i}`)]) {
+        const r = await fetch(`${a.base}${path}?conditionId=${ids.join(',')}`);
+        const json = (await r.json()) as { error: string; message: string };
+        assert.deepEqual([r.status, json.error, json.message], [400, 'invalid_query', TOO_MANY_IDS], `${path} with ${ids.length} ids`);
+        assert.match(json.message, /at most 100 /);
+      }
+      assert.equal(a.store.cachedPages?.entries, before, 'a refused query leaves the page cache alone');
+    }
+  });
+
+  const idLists: Record<string, [list: string, exceeds: boolean]> = {
+    'empty (one empty entry)': ['', false],
+    'one id': ['a', false],
+    '100 ids': [Array(100).fill('a').join(','), false],
+    '101 ids': [Array(101).fill('a').join(','), true],
+    '99 commas (100 empty entries)': [','.repeat(99), false],
+    '100 commas (101 empty entries)': [','.repeat(100), true],
+  };
+  for (const [name, [list, exceeds]] of Object.entries(idLists)) {
+    test(`idCountExceeds – ${name} → ${exceeds}`, () => assert.equal(idCountExceeds(list, 100), exceeds));
+  }
 
   test('a client-chosen parameter name is echoed at most 64 characters long, quoted and escaped', async () => {
     const long = 'n'.repeat(10_000);

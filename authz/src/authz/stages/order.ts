@@ -7,7 +7,8 @@
 import { deny, type Decision, type Header } from '../decision.ts';
 import { compareDecimal } from '../../common/feed/schema.ts';
 import type { Clock, MarketLookup, MarketMeta } from '../../common/ports.ts';
-import { RE, strictBase64Length } from '../../common/rules.ts';
+import { LIMIT, RE, strictBase64Length } from '../../common/rules.ts';
+import { jsonObjectScanner } from '../../common/json-scan.ts';
 import { HEADER, ORDER_PAYLOAD_METADATA_KEY } from '../../common/contract.ts';
 
 
@@ -29,6 +30,7 @@ export interface OrderEnvelope {
 
 const NO_GEO_HEADERS: readonly Header[] = [];
 const BAD_JSON = deny('invalid_json');
+const TOO_DEEP = deny('invalid_json', `body nests arrays and objects more than ${LIMIT.orderJsonDepth} levels deep`);
 const F_MARKET = deny('invalid_order', 'marketId must be a market conditionId string', 'marketId');
 const F_DEADLINE = deny('invalid_order', 'deadline must be an integer (unix seconds)', 'deadline');
 const F_SIZE = deny('invalid_order', 'size must be a decimal string', 'size');
@@ -43,17 +45,19 @@ const SIZE_MAX = deny('invalid_size', 'size is above the market maximum');
 const SIZE_CAP = deny('invalid_size', 'size is above ORDER_MAX_SIZE');
 const STORE_DOWN = deny('service_unavailable', 'market store unavailable; the order was not accepted');
 
+/**
+ * The envelope read without building the body (common/json-scan.ts): the whole body is checked as
+ * JSON, nesting past LIMIT.orderJsonDepth is refused as soon as it is reached, and only these four
+ * members are decoded, so the cost is the body's length whatever it holds (docs/api.md "Limits").
+ */
+const scanOrder = jsonObjectScanner(['marketId', 'deadline', 'size', 'payload'], LIMIT.orderJsonDepth);
+
 /** Parses and shape-checks the envelope; returns it or a denial. */
 export function parseOrder(body: Buffer | undefined, payloadMax: number): OrderEnvelope | Decision {
   if (body === undefined || body.length === 0) return BAD_JSON;
-  let v: unknown;
-  try {
-    v = JSON.parse(body.toString('utf8'));
-  } catch {
-    return BAD_JSON;
-  }
-  if (typeof v !== 'object' || v === null || Array.isArray(v)) return BAD_JSON;
-  const { marketId, deadline, size, payload } = v as Record<string, unknown>;
+  const scan = scanOrder(body);
+  if (!scan.ok) return scan.reason === 'depth' ? TOO_DEEP : BAD_JSON;
+  const { marketId, deadline, size, payload } = scan.members;
   if (typeof marketId !== 'string' || !RE.conditionId.test(marketId)) return F_MARKET;
   if (typeof deadline !== 'number' || !Number.isSafeInteger(deadline)) return F_DEADLINE;
   if (typeof size !== 'string') return F_SIZE;
