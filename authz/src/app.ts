@@ -4,7 +4,7 @@
  */
 import { listenAs } from './common/listen-error.ts';
 import type { Redis } from 'ioredis';
-import { GeoDatabase } from './common/adapters/geoip.ts';
+import { GeoDatabase, regionRuleOf } from './common/adapters/geoip.ts';
 import { AnonymizerDatabase } from './common/adapters/anonymizer.ts';
 import { MemoryNonceStore, RedisNonceStore } from './common/adapters/nonce-store.ts';
 import { createRedis } from './common/adapters/redis.ts';
@@ -46,9 +46,10 @@ export async function createApp(config: Config, logger: Logger, hooks: { onSeale
   // Metrics first (the GeoIP reload callback counts into them); the age gauge reads geo lazily.
   let geo: GeoDatabase | undefined = undefined;
   const metrics = createMetrics({ geoipBuildEpochSecs: () => geo?.buildEpochSecs ?? 0 });
-  // Checked before it serves, here and on every reload: a country or city database
-  // (adapters/geoip.ts); a refusal ends start-up.
+  // Checked before it serves, here and on every reload: a country or city database, with
+  // subdivisions when a region rule is in force (adapters/geoip.ts); a refusal ends start-up.
   geo = new GeoDatabase(config.geoipDb, {
+    regionRule: regionRuleOf(config),
     onReload: (ok, path, err) => {
       metrics.geoipReload(ok);
       if (ok) logger.info({ path }, 'GeoIP database reloaded');

@@ -1,7 +1,7 @@
 /**
- * What GEOIP_DB and ANONYMIZER_DB must be before they serve (issue 26 points 5 and 9; docs/api.md
- * "Which databases are accepted"): the `database_type` of each, boolean anonymizer flags in every
- * record; refused at start
+ * What GEOIP_DB and ANONYMIZER_DB must be before they serve (issue 26 points 5 and 9, issue 30
+ * point 1; docs/api.md "Which databases are accepted"): the `database_type` of each, boolean
+ * anonymizer flags in every record, subdivisions when a region rule is in force; refused at start
  * (a ConfigError naming the setting and the type) and on reload (the old database kept,
  * onReload(false)). And which country a record gives (`represented_country` judged beside
  * `country`, docs/api.md "Which country a record gives"). Databases from fixtures/make-mmdb.py and
@@ -9,18 +9,25 @@
  */
 import { after, test } from 'node:test';
 import assert from 'node:assert/strict';
+import { spawn } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import { fileURLToPath } from 'node:url';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { copyFileSync, readFileSync, renameSync } from 'node:fs';
 import { join } from 'node:path';
 import { Reader } from 'maxmind';
 import { AnonymizerDatabase, flagBits } from '../src/common/adapters/anonymizer.ts';
-import { GeoDatabase, toGeoRecord } from '../src/common/adapters/geoip.ts';
+import { GeoDatabase, regionRuleOf, toGeoRecord } from '../src/common/adapters/geoip.ts';
 import { DatabaseRefused } from '../src/common/adapters/mmdb-file.ts';
 import { walkRecords, WALK_SLICE_NODES } from '../src/common/adapters/mmdb-records.ts';
-import { ConfigError, DEFAULT_GEOIP_DB } from '../src/common/config.ts';
+import { ConfigError, DEFAULT_GEOIP_DB, loadConfig } from '../src/common/config.ts';
 import { JURISDICTION_NONE } from '../src/common/contract.ts';
 import { createGeoClassifier, type GeoPolicy } from '../src/authz/stages/geo.ts';
+import { checkDatabases } from '../src/common/adapters/databases.ts';
 import { anonymizerFixtures } from './anonymizer-fixtures.ts';
 import { geoFixtures, scratchDir } from './geo-fixtures.ts';
+import { newFeedKey } from './helpers.ts';
+import { freePort } from './redis-server.ts';
 
 const geo = geoFixtures();
 const anon = anonymizerFixtures();
@@ -47,37 +54,119 @@ function refusal(open: () => unknown): string {
 
 const GEO_EXPECTED = 'a country or city database (database_type of GeoIP2/GeoLite2 Country, City or Enterprise, '
   + 'DB-IP Country or City, or ip-location-db country or city; docs/api.md lists them)';
+const REGIONS_EXPECTED = 'GEOIP_DB: expected a database with ISO 3166-2 subdivisions for BLOCKED_REGIONS=CA-ON (a City or Enterprise database), got ';
 
 // ---------------------------------------------------------------------------------------
-// GEOIP_DB: country or city layouts
+// GEOIP_DB: country or city layouts; with a region rule, subdivisions
 // ---------------------------------------------------------------------------------------
-const geoAccepted: Record<string, [path: string]> = {
+const geoAccepted: Record<string, [path: string, regionRule?: string]> = {
   'GeoIP2-City (the fixture)': [geo.geoip2],
+  'GeoIP2-City with a region rule': [geo.geoip2, 'BLOCKED_REGIONS=CA-ON'],
   'GeoLite2-Country': [geo.country],
-  'DBIP-City-Lite': [geo.dbipCity],
+  'DBIP-City-Lite (no region rule)': [geo.dbipCity],
   'ip-location-db "country ipvAll"': [geo.iplocation],
   'ip-location-db "country ipv4" (IPv4-only tree)': [geo.iplocationV4],
   'the shipped default (@ip-location-db/geo-whois-asn-country-mmdb, "country ipvAll")': [DEFAULT_GEOIP_DB],
 };
-for (const [name, [path]] of Object.entries(geoAccepted)) {
+for (const [name, [path, regionRule]] of Object.entries(geoAccepted)) {
   test(`GEOIP_DB – accepts ${name}`, () => {
-    keep(new GeoDatabase(path));
+    keep(new GeoDatabase(path, { regionRule }));
   });
 }
 
-const geoRefused: Record<string, [path: string, message: string]> = {
-  'an Anonymous IP database': [anon.anonymizer, `GEOIP_DB: expected ${GEO_EXPECTED}, got database_type "GeoIP2-Anonymous-IP"`],
-  'a City-typed database whose records give no country': [geo.noCountry,
+const geoRefused: Record<string, [path: string, regionRule: string | undefined, message: string]> = {
+  'an Anonymous IP database': [anon.anonymizer, undefined, `GEOIP_DB: expected ${GEO_EXPECTED}, got database_type "GeoIP2-Anonymous-IP"`],
+  'a City-typed database whose records give no country': [geo.noCountry, undefined,
     `GEOIP_DB: expected ${GEO_EXPECTED} whose records give a country, got database_type "GeoIP2-City" with no country in its 2 records`],
+  'a GeoLite2 Country database under a region rule': [geo.country, 'BLOCKED_REGIONS=CA-ON',
+    `${REGIONS_EXPECTED}database_type "GeoLite2-Country", a country layout without subdivisions`],
+  'an ip-location-db country database under a region rule': [geo.iplocation, 'BLOCKED_REGIONS=CA-ON',
+    `${REGIONS_EXPECTED}database_type "country ipvAll", a country layout without subdivisions`],
+  'a DB-IP City database whose subdivisions have no iso_code, under a region rule': [geo.dbipCity, 'BLOCKED_REGIONS=CA-ON',
+    `${REGIONS_EXPECTED}database_type "DBIP-City-Lite" with no subdivisions[].iso_code in its 2 records`],
 };
-for (const [name, [path, message]] of Object.entries(geoRefused)) {
+for (const [name, [path, regionRule, message]] of Object.entries(geoRefused)) {
   test(`GEOIP_DB – refuses ${name}: one line naming the setting, the database_type and what was expected`, () => {
-    assert.equal(refusal(() => new GeoDatabase(path)), message);
+    assert.equal(refusal(() => new GeoDatabase(path, { regionRule })), message);
   });
 }
 
 test('GEOIP_DB – the setting named is the one given (a second database names its own)', () => {
   assert.match(refusal(() => new GeoDatabase(anon.anonymizer, { setting: 'GEOIP_DB_SECONDARY' })), /^GEOIP_DB_SECONDARY: expected a country or city database/);
+});
+
+test('regionRuleOf – the first region rule in force, enforced before shadow; none without one', () => {
+  const rule = (env: Record<string, string>): string | undefined => regionRuleOf(loadConfig(env));
+  assert.equal(rule({}), undefined);
+  assert.equal(rule({ BLOCKED_COUNTRIES: 'KP', CLOSE_ONLY_COUNTRIES: 'CA' }), undefined);
+  assert.equal(rule({ BLOCKED_REGIONS: 'ca-on,UA-43' }), 'BLOCKED_REGIONS=CA-ON,UA-43');
+  assert.equal(rule({ CLOSE_ONLY_REGIONS: 'CA-QC' }), 'CLOSE_ONLY_REGIONS=CA-QC');
+  assert.equal(rule({ SHADOW_BLOCKED_REGIONS: 'UA-43' }), 'SHADOW_BLOCKED_REGIONS=UA-43');
+  assert.equal(rule({ SHADOW_CLOSE_ONLY_REGIONS: 'CA-ON' }), 'SHADOW_CLOSE_ONLY_REGIONS=CA-ON');
+  assert.equal(rule({ SHADOW_BLOCKED_COUNTRIES: 'KP' }), undefined, 'a shadow policy without regions');
+});
+
+const DEFAULT_WITH_REGIONS = `${REGIONS_EXPECTED}database_type "country ipvAll", a country layout without subdivisions`;
+
+test('checkDatabases (npm start) – the databases a configuration names, checked as the service checks them: the region rule comes from the settings', () => {
+  const refused = (env: Record<string, string>): string => {
+    try {
+      checkDatabases(loadConfig(env));
+    } catch (err) {
+      assert.ok(err instanceof ConfigError, String(err));
+      return err.message;
+    }
+    return 'accepted';
+  };
+  assert.equal(refused({}), 'accepted');
+  assert.equal(refused({ BLOCKED_REGIONS: 'CA-ON' }), DEFAULT_WITH_REGIONS);
+  assert.match(refused({ SHADOW_CLOSE_ONLY_REGIONS: 'CA-QC', GEOIP_DB: geo.country }), /for SHADOW_CLOSE_ONLY_REGIONS=CA-QC .*got database_type "GeoLite2-Country"/);
+  assert.equal(refused({ BLOCKED_REGIONS: 'CA-ON', GEOIP_DB: geo.geoip2, ANONYMIZER_DB: anon.anonymizer }), 'accepted');
+  assert.match(refused({ GEOIP_DB: geo.geoip2, ANONYMIZER_DB: geo.geoip2 }), /^ANONYMIZER_DB: expected .*, got database_type "GeoIP2-City"$/);
+  assert.match(refused({ GEOIP_DB: join(geo.dir, 'missing.mmdb') }), /^GEOIP_DB: expected a readable MaxMind DB \(\.mmdb\) file, got ".*missing\.mmdb: ENOENT/);
+});
+
+test('the service (main.ts) with a region rule and the packaged country database: exit 1, one fatal line naming the database type and the rule', async () => {
+  const root = fileURLToPath(new URL('../../', import.meta.url));
+  const env: Record<string, string> = {
+    ...process.env as Record<string, string>, BLOCKED_REGIONS: 'CA-ON', LOG_LEVEL: 'warn',
+    EDGE_INGEST_HMAC: `hex:${randomBytes(32).toString('hex')}`, EDGE_FEED_ED25519_PUBLIC_KEY: newFeedKey().publicHex,
+    AUTHZ_GRPC_PORT: String(await freePort()), MARKET_PORT: String(await freePort()), AUTHZ_ADMIN_PORT: String(await freePort()),
+  };
+  for (const k of ['GEOIP_DB', 'REDIS_URL', 'NODE_TEST_CONTEXT']) delete env[k];
+  const child = spawn(join(root, 'scripts/node'), [join(root, 'authz/src/main.ts')], { env, stdio: ['ignore', 'pipe', 'pipe'] });
+  let out = '';
+  child.stdout.on('data', (d: Buffer) => { out += d.toString(); });
+  child.stderr.on('data', (d: Buffer) => { out += d.toString(); });
+  const code = await Promise.race([
+    new Promise<number | null>((resolve) => child.once('exit', resolve)),
+    sleep(20_000).then(() => { child.kill('SIGKILL'); return -1; }),
+  ]);
+  assert.equal(code, 1, out);
+  const fatal = out.split('\n').filter((l) => l.includes('"start-up failed"')).map((l) => (JSON.parse(l) as { err: string }).err);
+  assert.deepEqual(fatal, [DEFAULT_WITH_REGIONS]);
+});
+
+test('GEOIP_DB reload – with a region rule, a replacement without subdivisions is refused: the old database keeps answering, onReload(false) says why', async () => {
+  const dir = scratchDir();
+  const path = join(dir, 'geo.mmdb');
+  copyFileSync(geo.geoip2, path);
+  const events: [boolean, unknown][] = [];
+  const db = keep(new GeoDatabase(path, { regionRule: 'BLOCKED_REGIONS=CA-ON', onReload: (ok, _p, err) => events.push([ok, err]) }));
+  for (const [bad, type] of [[geo.country, 'GeoLite2-Country'], [anon.anonymizer, 'GeoIP2-Anonymous-IP']] as const) {
+    copyFileSync(bad, join(dir, 'next.mmdb'));
+    renameSync(join(dir, 'next.mmdb'), path);
+    assert.equal(await db.reload(), false);
+    assert.deepEqual(db.lookup('203.0.113.10')?.regions, ['CA-ON'], 'the old database answers');
+    const err = events.at(-1)?.[1];
+    assert.ok(err instanceof DatabaseRefused);
+    assert.match(err.message, new RegExp(`^GEOIP_DB: expected .*, got database_type "${type}"`));
+  }
+  copyFileSync(geo.geoip2Swapped, join(dir, 'next.mmdb'));
+  renameSync(join(dir, 'next.mmdb'), path);
+  assert.equal(await db.reload(), true);
+  assert.deepEqual(db.lookup('203.0.113.10')?.regions, ['CA-BC']);
+  assert.deepEqual(events.map(([ok]) => ok), [false, false, true]);
 });
 
 // ---------------------------------------------------------------------------------------

@@ -5,13 +5,13 @@
  */
 import { ConfigError, type Config } from '../config.ts';
 import { AnonymizerDatabase } from './anonymizer.ts';
-import { GeoDatabase } from './geoip.ts';
+import { GeoDatabase, regionRuleOf } from './geoip.ts';
 
 /**
  * Opens, checks and closes each database `config` names. Throws a ConfigError naming the setting:
  * the check's refusal (the wrong kind of database), or a file that cannot be read as one.
  */
-export function checkDatabases(config: Pick<Config, 'geoipDb' | 'anonymizer'>): void {
+export function checkDatabases(config: Pick<Config, 'geoipDb' | 'anonymizer' | 'blockedRegions' | 'closeOnlyRegions' | 'shadow'>): void {
   const open = (setting: string, path: string, make: () => { close(): void }): void => {
     try {
       make().close();
@@ -20,7 +20,7 @@ export function checkDatabases(config: Pick<Config, 'geoipDb' | 'anonymizer'>): 
       throw new ConfigError(setting, 'a readable MaxMind DB (.mmdb) file', `${path}: ${err instanceof Error ? err.message : String(err)}`);
     }
   };
-  open('GEOIP_DB', config.geoipDb, () => new GeoDatabase(config.geoipDb));
+  open('GEOIP_DB', config.geoipDb, () => new GeoDatabase(config.geoipDb, { regionRule: regionRuleOf(config) }));
   const anonymizer = config.anonymizer;
   if (anonymizer !== undefined) open('ANONYMIZER_DB', anonymizer.db, () => new AnonymizerDatabase(anonymizer.db));
 }

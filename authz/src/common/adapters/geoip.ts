@@ -4,9 +4,9 @@
  * Reads both record layouts: MaxMind GeoIP2/GeoLite2 (`country.iso_code`, falling back to
  * `registered_country.iso_code` only when `country` is absent; `represented_country.iso_code`;
  * `subdivisions[].iso_code`) and ip-location-db (`country_code`). docs/api.md "Which country a
- * record gives" says why. The file must be a country or city database (its `database_type`):
- * checked before it serves, at start and on every reload (a refused replacement keeps the old
- * database: adapters/mmdb-file.ts).
+ * record gives" says why. The file must be a country or city database (its `database_type`), and
+ * one with subdivisions when a region rule is in force: checked before it serves, at start and on
+ * every reload (a refused replacement keeps the old database: adapters/mmdb-file.ts).
  */
 import type { GeoLookup, GeoRecord } from '../ports.ts';
 import { DatabaseRefused, WatchedMmdb, type MmdbCheck, type MmdbEvents } from './mmdb-file.ts';
@@ -68,32 +68,47 @@ const GEO_EXPECTED = 'a country or city database (database_type of GeoIP2/GeoLit
   + 'DB-IP Country or City, or ip-location-db country or city; docs/api.md lists them)';
 
 /**
- * Records read at most when checking that a GeoIP database's records give a country: a country
- * or city database gives one in its first records, so a file without one in this many has none.
+ * Records read at most when checking what a GeoIP database's records hold (a country; with a
+ * region rule, a subdivision): a country or city database shows both in its first records, so
+ * a file without them in this many has none worth serving.
  */
 export const GEO_CHECK_RECORDS = 10_000;
 
-/** The GEOIP_DB check: a country or city `database_type`, and records that give a country. */
-export function geoCheck(setting: string): MmdbCheck {
+/**
+ * The GEOIP_DB check: a country or city `database_type`, records that give a country, and with a
+ * region rule subdivisions (a country database has none, and neither may a city database whose
+ * records lack ISO codes, e.g. DB-IP's): else no rule naming a region could ever match.
+ */
+export function geoCheck(setting: string, regionRule: string | undefined): MmdbCheck {
   return function* check({ reader, buf }) {
     const type = String(reader.metadata.databaseType);
-    if (!GEO_DATABASE_TYPES.has(type)) throw new DatabaseRefused(setting, GEO_EXPECTED, `database_type ${JSON.stringify(type)}`);
+    const kind = GEO_DATABASE_TYPES.get(type);
+    if (kind === undefined) throw new DatabaseRefused(setting, GEO_EXPECTED, `database_type ${JSON.stringify(type)}`);
+    const needRegions = `a database with ISO 3166-2 subdivisions for ${regionRule ?? ''} (a City or Enterprise database)`;
+    if (regionRule !== undefined && kind === 'country') {
+      throw new DatabaseRefused(setting, needRegions, `database_type ${JSON.stringify(type)}, a country layout without subdivisions`);
+    }
     let records = 0;
     let country = false;
+    let regions = regionRule === undefined;
     yield* walkRecords(reader, buf, ({ data }) => {
       records++;
       const rec = typeof data === 'object' && data !== null ? toGeoRecord(data as RawRecord) : undefined;
       if (rec?.country !== undefined) country = true;
-      return country || records >= GEO_CHECK_RECORDS;
+      if (rec !== undefined && rec.regions.length > 0) regions = true;
+      return (country && regions) || records >= GEO_CHECK_RECORDS;
     });
     const first = records >= GEO_CHECK_RECORDS ? `its first ${records}` : `its ${records}`;
     if (!country) throw new DatabaseRefused(setting, `${GEO_EXPECTED} whose records give a country`, `database_type ${JSON.stringify(type)} with no country in ${first} records`);
+    if (!regions) throw new DatabaseRefused(setting, needRegions, `database_type ${JSON.stringify(type)} with no subdivisions[].iso_code in ${first} records`);
   };
 }
 
 export interface GeoDatabaseOptions extends MmdbEvents {
   /** The setting naming the file, for refusals (default GEOIP_DB). */
   readonly setting?: string;
+  /** The region rule in force (`BLOCKED_REGIONS=CA-ON`), if any: the database must carry subdivisions. */
+  readonly regionRule?: string | undefined;
 }
 
 /** The GeoIP database (GEOIP_DB): checked, then polled and swapped in on change by WatchedMmdb. */
@@ -101,10 +116,27 @@ export class GeoDatabase extends WatchedMmdb implements GeoLookup {
   readonly #records = new WeakMap<object, GeoRecord>();
 
   constructor(path: string, opts: GeoDatabaseOptions = {}) {
-    super(path, opts, geoCheck(opts.setting ?? 'GEOIP_DB'));
+    super(path, opts, geoCheck(opts.setting ?? 'GEOIP_DB', opts.regionRule));
   }
 
   lookup(ip: string): GeoRecord | null {
     return this.derived(ip, this.#records, (raw) => toGeoRecord(raw as RawRecord)) ?? null;
   }
+}
+
+/** The enforced or shadow settings a region rule can come from. */
+interface RegionRules {
+  readonly blockedRegions: ReadonlySet<string>;
+  readonly closeOnlyRegions: ReadonlySet<string>;
+  readonly shadow?: { readonly blockedRegions: ReadonlySet<string>; readonly closeOnlyRegions: ReadonlySet<string> } | undefined;
+}
+
+/** The first region rule in force (`BLOCKED_REGIONS=CA-ON,UA-43`), for GeoDatabaseOptions.regionRule; undefined when none is. */
+export function regionRuleOf(rules: RegionRules): string | undefined {
+  const named: [string, ReadonlySet<string> | undefined][] = [
+    ['BLOCKED_REGIONS', rules.blockedRegions], ['CLOSE_ONLY_REGIONS', rules.closeOnlyRegions],
+    ['SHADOW_BLOCKED_REGIONS', rules.shadow?.blockedRegions], ['SHADOW_CLOSE_ONLY_REGIONS', rules.shadow?.closeOnlyRegions],
+  ];
+  for (const [name, set] of named) if (set !== undefined && set.size > 0) return `${name}=${[...set].join(',')}`;
+  return undefined;
 }
