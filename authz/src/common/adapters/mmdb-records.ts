@@ -15,8 +15,12 @@ export interface MmdbRecord {
   network(): string;
 }
 
-/** Nodes walked between two yields (~2–5 ms of work): a reload's walk lets requests run in between. */
+/**
+ * Work between two yields, so a reload's walk lets requests run in between: this many nodes walked
+ * (~3 ms), or WALK_SLICE_RECORDS records decoded (~5 ms), whichever comes first.
+ */
 export const WALK_SLICE_NODES = 32_768;
+export const WALK_SLICE_RECORDS = 512;
 
 type NodeReader = (offset: number) => number;
 
@@ -58,9 +62,10 @@ function networkOf(path: Uint8Array, bits: number): string {
 /**
  * Walks `reader`'s search tree depth first, each node once (an IPv6 tree's aliases of its IPv4
  * subtree are walked once), and hands every distinct data record to `visit` once; `visit` returns
- * true to stop. Yields every WALK_SLICE_NODES nodes: run it to the end in one go (start-up) or with
- * a pause at each yield (a reload). Throws on a tree or data section it cannot read (a pointer past
- * the end, a loop deeper than the address): such a database is refused like a corrupt one.
+ * true to stop. Yields between slices of work (WALK_SLICE_NODES, WALK_SLICE_RECORDS): run it to
+ * the end in one go (start-up) or with a pause at each yield (a reload). Throws on a tree or data
+ * section it cannot read (a pointer past the end, a loop deeper than the address): such a
+ * database is refused like a corrupt one.
  */
 export function* walkRecords(reader: Reader<Response>, db: Buffer, visit: (record: MmdbRecord) => boolean): Generator<void, void, void> {
   const { nodeCount, nodeByteSize, recordSize, ipVersion } = reader.metadata;
@@ -78,13 +83,20 @@ export function* walkRecords(reader: Reader<Response>, db: Buffer, visit: (recor
   const stackBit = new Uint8Array(2 * depthMax + 2);
   let top = 1;
   let walked = 0;
+  let decoded = 0;
+  let sliceStart = 0;
+  let sliceRecords = 0;
   while (top > 0) {
     top--;
     const node = stackNode[top] ?? 0;
     const depth = stackDepth[top] ?? 0;
     if (((visited[node >> 3] ?? 0) & (1 << (node & 7))) !== 0) continue;
     visited[node >> 3] = (visited[node >> 3] ?? 0) | (1 << (node & 7));
-    if (++walked % WALK_SLICE_NODES === 0) yield;
+    if (++walked - sliceStart >= WALK_SLICE_NODES || decoded - sliceRecords >= WALK_SLICE_RECORDS) {
+      sliceStart = walked;
+      sliceRecords = decoded;
+      yield;
+    }
     if (depth >= depthMax) throw new Error(`the search tree is deeper than ${depthMax} bits`);
     if (depth > 0) setBit(path, depth - 1, (stackBit[top] ?? 0) as 0 | 1);
     const offset = node * nodeByteSize;
@@ -107,6 +119,7 @@ export function* walkRecords(reader: Reader<Response>, db: Buffer, visit: (recor
   /** The record `pointer` reached from the node at `depth` by `side`: decoded and visited. */
   function record(pointer: number, depth: number, side: 0 | 1): boolean {
     seen.add(pointer);
+    decoded++;
     setBit(path, depth, side);
     clearFrom(path, depth + 1);
     const at = path.slice();
