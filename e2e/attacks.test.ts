@@ -12,7 +12,6 @@
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { createHash, randomBytes } from 'node:crypto';
-import { readFileSync } from 'node:fs';
 import { connect, type Socket } from 'node:net';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { geoFixtures } from '../authz/test/geo-fixtures.ts';
@@ -23,6 +22,15 @@ import { FIRST_REQUEST_TIMEOUT_MS, MAX_DOWNSTREAM_CONNECTIONS, XFF_POLICY, XFF_R
 import { PEER_CIDRS, startStack, type Stack } from './lib/driver.ts';
 import { allowedIp, errorCode, ingest, KP_IP, orderBody, request, signed, uniqueId } from './lib/client.ts';
 import { failedOpen, startTwoEdges, type TwoEdges } from './reliability/global-rate-limit.ts';
+import { spawn } from 'node:child_process';
+import { copyFileSync, existsSync, mkdtempSync, readdirSync, readFileSync, renameSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { anonymizerFixtures } from '../authz/test/anonymizer-fixtures.ts';
+import { scratchDir } from '../authz/test/geo-fixtures.ts';
+import { newFeedKey } from '../authz/test/helpers.ts';
+import { freePort } from '../authz/test/redis-server.ts';
 
 const ENV = {
   XFF_NUM_TRUSTED_HOPS: '1',
@@ -584,5 +592,135 @@ describe('attack: costly requests (issue 26): deep JSON orders, long id lists, l
     } finally {
       session.destroy();
     }
+  });
+});
+
+// Issue 26 point 5: ANONYMIZER_DB pointed at a City database logged "anonymizer rule on" and
+// flagged nobody (a City record has no anonymizer flag), and a database storing its flags as
+// integers was read as flagging nobody too: every VPN address could order. Now such a file is
+// refused at start (the process, as the e2e stack and npm start run it) and on reload (through
+// Envoy: the old list keeps refusing the VPN). docs/api.md "Anonymizers".
+describe('attack: a City database, or one with integer flags, as ANONYMIZER_DB lets every VPN address order', () => {
+  const ROOT = fileURLToPath(new URL('../', import.meta.url));
+  const VPN = '192.0.2.66'; // CH in the GeoIP fixture; a VPN in the anonymizer fixture
+  const CITY_TYPE = 'got database_type "GeoIP2-City"';
+  const INT_FLAGS = 'expected anonymizer flags stored as booleans (true/false), got database_type "GeoIP2-Anonymous-IP" with is_anonymous = 1 (number) for 192.0.2.64/28';
+
+  /** The TS service (authz/src/main.ts, as the e2e stack starts it) with this ANONYMIZER_DB: exit code and output. */
+  async function serviceWith(anonymizerDb: string): Promise<{ code: number | null; out: string }> {
+    const env: Record<string, string> = {
+      ...process.env as Record<string, string>, GEOIP_DB: geoFixtures().geoip2, ANONYMIZER_DB: anonymizerDb, LOG_LEVEL: 'warn',
+      EDGE_INGEST_HMAC: `hex:${randomBytes(32).toString('hex')}`, EDGE_FEED_ED25519_PUBLIC_KEY: newFeedKey().publicHex,
+      AUTHZ_GRPC_PORT: String(await freePort()), MARKET_PORT: String(await freePort()), AUTHZ_ADMIN_PORT: String(await freePort()),
+    };
+    delete env['REDIS_URL'];
+    delete env['NODE_TEST_CONTEXT'];
+    const child = spawn(join(ROOT, 'scripts/node'), [join(ROOT, 'authz/src/main.ts')], { env, stdio: ['ignore', 'pipe', 'pipe'] });
+    let out = '';
+    child.stdout.on('data', (d: Buffer) => { out += d.toString(); });
+    child.stderr.on('data', (d: Buffer) => { out += d.toString(); });
+    const code = await Promise.race([
+      new Promise<number | null>((resolve) => child.once('exit', resolve)),
+      sleep(20_000).then(() => { child.kill('SIGKILL'); return -1; }),
+    ]);
+    return { code, out };
+  }
+
+  for (const [what, db, reason] of [['a City database', () => geoFixtures().geoip2, CITY_TYPE], ['integer flags', () => anonymizerFixtures().anonymizerInt, INT_FLAGS]] as const) {
+    test(`attack: ${what} as ANONYMIZER_DB – the service refuses to start: exit 1, one fatal line naming ANONYMIZER_DB and what it got, nothing listening`, async () => {
+      const { code, out } = await serviceWith(db());
+      assert.equal(code, 1, out);
+      const fatal = out.split('\n').filter((l) => l.includes('"start-up failed"'));
+      assert.equal(fatal.length, 1, out);
+      const err = (JSON.parse(fatal[0]!) as { err: string }).err;
+      assert.match(err, /^ANONYMIZER_DB: expected /);
+      assert.ok(err.endsWith(reason), err);
+      assert.doesNotMatch(out, /anonymizer rule on|edge authz ready/);
+      assert.doesNotMatch(out, /^\s+at /m, 'no stack trace');
+    });
+  }
+
+  /** Processes whose command line or environment names `runDir` (what an npm start that was not refused left running). */
+  function processesOf(runDir: string): number[] {
+    const pids: number[] = [];
+    for (const d of readdirSync('/proc')) {
+      if (!/^\d+$/.test(d) || Number(d) === process.pid) continue;
+      try {
+        if (`${readFileSync(`/proc/${d}/cmdline`, 'utf8')}${readFileSync(`/proc/${d}/environ`, 'utf8')}`.includes(runDir)) pids.push(Number(d));
+      } catch { /* gone, or not ours */ }
+    }
+    return pids;
+  }
+
+  test('attack: a City database as ANONYMIZER_DB – npm start refuses it like a bad value: exit 2, one line, nothing started', async () => {
+    const runDir = mkdtempSync(join(tmpdir(), 'edge-start-'));
+    const env: Record<string, string> = { ...process.env as Record<string, string>, DEV_RUN_DIR: runDir, ANONYMIZER_DB: geoFixtures().geoip2 };
+    for (const k of ['GEOIP_DB', 'REDIS_URL', 'NODE_TEST_CONTEXT']) delete env[k];
+    // Its own process group, so a stack started by mistake (the check broken) is stopped, not left behind.
+    const child = spawn('npm', ['start'], { cwd: ROOT, env, stdio: ['ignore', 'pipe', 'pipe'], detached: true });
+    let out = '';
+    child.stdout.on('data', (d: Buffer) => { out += d.toString(); });
+    child.stderr.on('data', (d: Buffer) => { out += d.toString(); });
+    try {
+      const code = await Promise.race([new Promise<number | null>((resolve) => child.once('exit', resolve)), sleep(30_000).then(() => 'running')]);
+      assert.equal(code, 2, out);
+      const lines = out.split('\n').filter((l) => l.startsWith('npm start: ') && !l.includes('first run'));
+      assert.equal(lines.length, 1, lines.join('\n'));
+      assert.match(lines[0]!, /^npm start: ANONYMIZER_DB: expected a GeoIP2 Anonymous IP or GeoIP Anonymous Plus database \(database_type GeoIP2-Anonymous-IP or GeoIP-Anonymous-Plus\), got database_type "GeoIP2-City"$/);
+      assert.ok(!existsSync(join(runDir, 'start.pid')) && !existsSync(join(runDir, 'redis')), 'nothing was started');
+    } finally {
+      if (child.exitCode === null) {
+        try {
+          process.kill(-(child.pid ?? 0), 'SIGTERM');
+        } catch { /* gone */ }
+        await sleep(5000);
+      }
+      for (const pid of processesOf(runDir)) {
+        try {
+          process.kill(pid, 'SIGKILL');
+        } catch { /* gone */ }
+      }
+      rmSync(runDir, { recursive: true, force: true });
+    }
+  });
+
+  describe('on reload, through Envoy', () => {
+    const dir = scratchDir();
+    const anonDb = join(dir, 'anonymizer.mmdb');
+    copyFileSync(anonymizerFixtures().anonymizer, anonDb);
+    let stack: Stack;
+    let market: string;
+    before(async () => {
+      stack = await startStack({
+        env: { ...ENV, ANONYMIZER_DB: anonDb, GEOIP_RELOAD_INTERVAL_MS: '200' },
+        geoipDb: geoFixtures().geoip2,
+      });
+      market = uniqueId('0xanonatk');
+      assert.equal((await ingest(stack, market, 1, {}, '192.0.2.30')).status, 200);
+    });
+    after(async () => stack?.stop());
+
+    const vpnOrder = async (): Promise<{ status: number; delivered: boolean }> => {
+      const before = stack.backend.deliveries.length;
+      const r = await request(stack, 'POST', '/v1/orders', { ip: VPN, body: orderBody(market, randomBytes(16)), headers: { 'content-type': 'application/json' } });
+      return { status: r.status, delivered: stack.backend.deliveries.length > before };
+    };
+
+    test('attack: a City database, then one with integer flags, renamed over ANONYMIZER_DB – each refused (counted, logged with why), the old list keeps refusing the VPN order 451', async () => {
+      assert.deepEqual(await vpnOrder(), { status: 451, delivered: false });
+      for (const [src, reason] of [[geoFixtures().geoip2, CITY_TYPE], [anonymizerFixtures().anonymizerInt, INT_FLAGS]] as const) {
+        const failedBefore = await metric(stack, 'edge_anonymizer_reloads_total{result="failed"}');
+        copyFileSync(src, join(dir, 'next.mmdb'));
+        renameSync(join(dir, 'next.mmdb'), anonDb);
+        const deadline = Date.now() + 10_000;
+        while (await metric(stack, 'edge_anonymizer_reloads_total{result="failed"}') === failedBefore && Date.now() < deadline) await sleep(100);
+        assert.equal(await metric(stack, 'edge_anonymizer_reloads_total{result="failed"}'), failedBefore + 1, 'the refusal is counted within 10 s');
+        assert.deepEqual(await vpnOrder(), { status: 451, delivered: false }, 'the VPN is still refused');
+        const logged = stack.logs().split('\n').filter((l) => l.includes('anonymizer database replacement refused'))
+          .map((l) => JSON.parse(l.replace(/^\[authz\] /, '')) as { level: number; err: string }).filter((l) => l.err.endsWith(reason));
+        assert.deepEqual(logged.map((l) => [l.level, l.err.slice(0, 24)]), [[50, 'ANONYMIZER_DB: expected ']], 'one error line with the reason');
+      }
+      assert.equal(await metric(stack, 'edge_anonymizer_reloads_total{result="ok"}'), 0);
+    });
   });
 });

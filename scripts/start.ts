@@ -35,6 +35,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { fileURLToPath } from 'node:url';
 import { withServiceRuntime } from '../authz/src/common/runtime-env.ts';
 import { checkSettingNames, ConfigError, DEFAULT_GEOIP_DB, loadConfig, type Config } from '../authz/src/common/config.ts';
+import { checkDatabases } from '../authz/src/common/adapters/databases.ts';
 import { loadCredentials, secretSetting } from '../authz/src/common/credentials.ts';
 import { envoyBinary } from '../envoy/envoy-bin.ts';
 import { renderEnvoy } from '../envoy/render.ts';
@@ -116,6 +117,8 @@ function checkSettings(): Plan {
   // Checked as the TS service will see them: with the REDIS_URL of the redis-server started below
   // (RATE_LIMIT_SCOPE=global needs one; without redis-server, local is the only choice).
   const config = loadConfig(runsRedis ? { ...env, REDIS_URL: `redis://127.0.0.1:${redisPort}/0` } : env);
+  // GEOIP_DB and ANONYMIZER_DB as the TS service will check them: the wrong kind of database is a bad setting.
+  checkDatabases(config);
   const runsBackend = blank('ORDER_BACKEND_URL');
   const ports: [string, number][] = [
     ['EDGE_PORT', config.edgePort], ['AUTHZ_GRPC_PORT', config.authzGrpcPort], ['MARKET_PORT', config.marketPort],

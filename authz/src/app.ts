@@ -4,7 +4,7 @@
  */
 import { listenAs } from './common/listen-error.ts';
 import type { Redis } from 'ioredis';
-import { GeoDatabase } from './common/adapters/geoip.ts';
+import { GeoDatabase, regionRuleOf } from './common/adapters/geoip.ts';
 import { AnonymizerDatabase } from './common/adapters/anonymizer.ts';
 import { MemoryNonceStore, RedisNonceStore } from './common/adapters/nonce-store.ts';
 import { createRedis } from './common/adapters/redis.ts';
@@ -34,6 +34,9 @@ export interface App {
   onStop(fn: () => Promise<void>): void;
 }
 
+/** Why a replacement database was refused: the check's one line, or the reader's error. */
+const reasonOf = (err: unknown): string => (err instanceof Error ? err.message : String(err));
+
 export async function createApp(config: Config, logger: Logger, hooks: { onSealed?: () => void } = {}): Promise<App> {
   const warnings: string[] = [];
   const credentials = loadCredentials(process.env, { warnings });
@@ -43,21 +46,25 @@ export async function createApp(config: Config, logger: Logger, hooks: { onSeale
   // Metrics first (the GeoIP reload callback counts into them); the age gauge reads geo lazily.
   let geo: GeoDatabase | undefined = undefined;
   const metrics = createMetrics({ geoipBuildEpochSecs: () => geo?.buildEpochSecs ?? 0 });
+  // Checked before it serves, here and on every reload: a country or city database, with
+  // subdivisions when a region rule is in force (adapters/geoip.ts); a refusal ends start-up.
   geo = new GeoDatabase(config.geoipDb, {
+    regionRule: regionRuleOf(config),
     onReload: (ok, path, err) => {
       metrics.geoipReload(ok);
       if (ok) logger.info({ path }, 'GeoIP database reloaded');
-      else logger.error({ path, err: String(err) }, 'GeoIP database replacement refused (corrupt?); the previous database keeps serving');
+      else logger.error({ path, err: reasonOf(err) }, 'GeoIP database replacement refused (unreadable, or not a database GEOIP_DB accepts); the previous database keeps serving');
     },
   });
   geoReady = true;
   geo.watch(config.geoipReloadIntervalMs);
-  // ANONYMIZER_DB (GeoIP2 Anonymous IP layout): reloaded on replace like GEOIP_DB.
+  // ANONYMIZER_DB (GeoIP2 Anonymous IP or Anonymous Plus, boolean flags: adapters/anonymizer.ts
+  // checks it here and on every reload): reloaded on replace like GEOIP_DB.
   const anonymizer = config.anonymizer === undefined ? undefined : new AnonymizerDatabase(config.anonymizer.db, {
     onReload: (ok, path, err) => {
       metrics.anonymizerReload(ok);
       if (ok) logger.info({ path }, 'anonymizer database reloaded');
-      else logger.error({ path, err: String(err) }, 'anonymizer database replacement refused (corrupt?); the previous database keeps serving');
+      else logger.error({ path, err: reasonOf(err) }, 'anonymizer database replacement refused (unreadable, or not a database ANONYMIZER_DB accepts); the previous database keeps serving');
     },
   });
   if (anonymizer !== undefined && config.anonymizer !== undefined) {

@@ -19,6 +19,14 @@ export interface AnonymizerFixtures {
   readonly anonymizer: string;
   /** After an update: 192.0.2.16/28 VPN and 192.0.2.112/28 Tor only. */
   readonly anonymizerSwapped: string;
+  /** GeoIP-Anonymous-Plus type: 192.0.2.64/28 VPN, 192.0.2.48/28 residential proxy, with Anonymous Plus's own fields. */
+  readonly anonymizerPlus: string;
+  /** Anonymous IP type with the flags written as integers 1/0. */
+  readonly anonymizerInt: string;
+  /** anonymizer.mmdb plus one record with integer flags at 2001:db8:ffff::/48 (the far end of the tree). */
+  readonly anonymizerLateInt: string;
+  /** Anonymous IP type whose records set no flag. */
+  readonly anonymizerUnflagged: string;
   /** What the script wrote: network → record, per file. */
   readonly layout: Readonly<Record<string, Readonly<Record<string, Readonly<Record<string, boolean>>>>>>;
 }
@@ -35,6 +43,10 @@ export function anonymizerFixtures(): AnonymizerFixtures {
     dir,
     anonymizer: join(dir, 'anonymizer.mmdb'),
     anonymizerSwapped: join(dir, 'anonymizer-swapped.mmdb'),
+    anonymizerPlus: join(dir, 'anonymizer-plus.mmdb'),
+    anonymizerInt: join(dir, 'anonymizer-int.mmdb'),
+    anonymizerLateInt: join(dir, 'anonymizer-late-int.mmdb'),
+    anonymizerUnflagged: join(dir, 'anonymizer-unflagged.mmdb'),
     layout: JSON.parse(out) as AnonymizerFixtures['layout'],
   });
   return cached;

@@ -76,7 +76,7 @@ test('anonymizer flags: recordBits counts only true, flagBits maps names and ref
   assert.throws(() => flagBits(['is_vpn']), /not an anonymizer flag: is_vpn/);
 });
 
-test('anonymizer reload: a replaced file swaps the answers; a corrupt replacement keeps the old ones and reports onReload(false)', () => {
+test('anonymizer reload: a replaced file swaps the answers; a corrupt replacement keeps the old ones and reports onReload(false)', async () => {
   const dir = scratchDir();
   const path = join(dir, 'anon.mmdb');
   copyFileSync(fx.anonymizer, path);
@@ -88,13 +88,13 @@ test('anonymizer reload: a replaced file swaps the answers; a corrupt replacemen
 
   copyFileSync(fx.anonymizerSwapped, join(dir, 'next.mmdb'));
   renameSync(join(dir, 'next.mmdb'), path);
-  assert.equal(db.reload(), true);
+  assert.equal(await db.reload(), true);
   assert.equal(db.flags('192.0.2.65'), 0, 'the VPN range left the list');
   assert.equal(db.flags('192.0.2.17'), vpn, 'the new VPN range is listed');
 
   writeFileSync(join(dir, 'bad.mmdb'), 'not a database');
   renameSync(join(dir, 'bad.mmdb'), path);
-  assert.equal(db.reload(), false);
+  assert.equal(await db.reload(), false);
   assert.equal(db.flags('192.0.2.17'), vpn, 'the old answers are kept');
   assert.deepEqual(events, [true, false]);
 });

@@ -24,6 +24,12 @@ export interface GeoFixtures {
   readonly iplocation: string;
   /** ip-location-db layout, IPv4-only search tree. */
   readonly iplocationV4: string;
+  /** GeoLite2-Country type: country and registered_country, no subdivisions. */
+  readonly country: string;
+  /** DBIP-City-Lite type whose subdivisions have names, no iso_code. */
+  readonly dbipCity: string;
+  /** GeoIP2-City type whose records give no country. */
+  readonly noCountry: string;
   /** geoip2.mmdb cut in half. */
   readonly corruptTruncated: string;
   /** Garbage tree and data with a valid-looking metadata section. */
@@ -47,6 +53,9 @@ export function geoFixtures(): GeoFixtures {
     geoip2Swapped: p('geoip2-swapped.mmdb'),
     iplocation: p('iplocation.mmdb'),
     iplocationV4: p('iplocation-v4.mmdb'),
+    country: p('country.mmdb'),
+    dbipCity: p('dbip-city.mmdb'),
+    noCountry: p('no-country.mmdb'),
     corruptTruncated: p('corrupt-truncated.mmdb'),
     corruptGarbage: p('corrupt-garbage.mmdb'),
     layout: JSON.parse(out) as Record<string, Record<string, unknown>>,

@@ -47,9 +47,14 @@ const records: Record<string, [raw: Parameters<typeof toGeoRecord>[0], expected:
     { country: 'CH', regions: [] },
   ],
   'GeoIP2: registered_country used when country is absent': [{ registered_country: { iso_code: 'IR' } }, { country: 'IR', regions: [] }],
-  'GeoIP2: registered_country used when country has no iso_code': [
+  // docs/api.md "Which country a record gives": a country without iso_code is no location (GEO_UNKNOWN decides).
+  'GeoIP2: a country without iso_code gives no country; registered_country is not used': [
     { country: {}, registered_country: { iso_code: 'IR' } },
-    { country: 'IR', regions: [] },
+    { country: undefined, regions: [] },
+  ],
+  'GeoIP2: a code that is not a string is no code': [
+    { country: { iso_code: 7 }, registered_country: { iso_code: 'IR' }, subdivisions: [{ iso_code: 1 }] },
+    { country: undefined, regions: [] },
   ],
   'GeoIP2: several subdivisions, all prefixed with the country': [
     { country: { iso_code: 'GB' }, subdivisions: [{ iso_code: 'ENG' }, { iso_code: 'LND' }] },
@@ -286,7 +291,7 @@ const reloadCorrupt: Record<string, string> = {
 };
 
 for (const [name, corrupt] of Object.entries(reloadCorrupt)) {
-  test(`geo reload – a new valid file swaps answers; a ${name} replacement keeps the old ones and reports onReload(false)`, () => {
+  test(`geo reload – a new valid file swaps answers; a ${name} replacement keeps the old ones and reports onReload(false)`, async () => {
     const path = join(scratchDir(), 'geo.mmdb');
     copyFileSync(fx.geoip2, path);
     const events: ReloadEvent[] = [];
@@ -295,14 +300,14 @@ for (const [name, corrupt] of Object.entries(reloadCorrupt)) {
     assert.deepEqual(db.lookup('203.0.113.10')?.regions, ['CA-ON']);
 
     copyFileSync(fx.geoip2Swapped, path);
-    assert.equal(db.reload(), true);
+    assert.equal(await db.reload(), true);
     assert.equal(db.lookup('198.51.100.1')?.country, 'CH');
     assert.deepEqual(db.lookup('203.0.113.10')?.regions, ['CA-BC']);
     assert.equal(db.lookup('2001:db8:1::1')?.country, 'CH');
     assert.deepEqual(events.map(([ok, p]) => [ok, p]), [[true, path]]);
 
     copyFileSync(corrupt, path);
-    assert.equal(db.reload(), false);
+    assert.equal(await db.reload(), false);
     assert.equal(db.lookup('198.51.100.1')?.country, 'CH', 'old answers kept');
     assert.equal(db.lookup('2001:db8:1::1')?.country, 'CH');
     assert.equal(events.length, 2);

@@ -9,6 +9,12 @@ export interface GeoRecord {
   readonly country: string | undefined;
   /** ISO 3166-2 codes ("CA-ON"), upper case; empty when the database has no subdivisions. */
   readonly regions: readonly string[];
+  /**
+   * ISO 3166-1 alpha-2 of the country the network's users represent (GeoIP2 `represented_country`:
+   * an overseas military base, an embassy), upper case; absent for most records. Judged beside
+   * `country`, the stricter tier wins (docs/api.md "Which country a record gives").
+   */
+  readonly represented?: string | undefined;
 }
 
 /** Looks up an address in the current GeoIP database. `null` = no record for it. */

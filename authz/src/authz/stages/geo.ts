@@ -35,7 +35,10 @@ export type GeoVerdict =
 export interface GeoResult {
   readonly verdict: GeoVerdict;
   readonly access: Access;
-  /** The record's ISO country; null when there is none or the address was not looked up (trusted). */
+  /**
+   * The ISO country whose tier applied: where the client is, or the record's represented country
+   * when its tier is stricter; null when there is none or the address was not looked up (trusted).
+   */
   readonly country: string | null;
   /** The region whose rule applied, else the record's first subdivision (`CA-ON`), else null. */
   readonly region: string | null;
@@ -177,8 +180,13 @@ export interface TierRules {
 
 const NO_CODES: ReadonlySet<string> = new Set<string>();
 
-/** The results of one set of tier rules: for an unknown address, and for a database record. */
-function tierResolver(rules: TierRules): { readonly unknown: GeoResult; resolve(country: string, regions: readonly string[]): GeoResult } {
+/** The results of one set of tier rules: for an unknown address, and for a country and its regions. */
+interface TierResolver {
+  readonly unknown: GeoResult;
+  resolve(country: string, regions: readonly string[]): GeoResult;
+}
+
+function tierResolver(rules: TierRules): TierResolver {
   const { blockedCountries, blockedRegions } = rules;
   const closeOnlyCountries = rules.closeOnlyCountries ?? NO_CODES;
   const closeOnlyRegions = rules.closeOnlyRegions ?? NO_CODES;
@@ -214,6 +222,28 @@ function tierResolver(rules: TierRules): { readonly unknown: GeoResult; resolve(
   };
 }
 
+const ACCESS_RANK: Readonly<Record<Access, number>> = { full: 0, 'close-only': 1, blocked: 2 };
+const NO_REGIONS: readonly string[] = [];
+
+/**
+ * One database record under one set of tier rules (once per record). Where the client is
+ * (`country`, its regions) is judged, and, when the record names a different represented country
+ * (an overseas military base, an embassy: its users are under that country's rules too), so is
+ * that country; the stricter tier wins, the location on a tie (docs/api.md "Which country a record
+ * gives"). The codes become header values (x-edge-jurisdiction) and the geoblock answer's fields,
+ * so only well-formed ISO codes count: a record whose country is not one is an address without a
+ * country (the unknown tier), a malformed subdivision or represented country is ignored.
+ */
+function judge(tiers: TierResolver, rec: GeoRecord): GeoResult {
+  const here = rec.country !== undefined && RE.country.test(rec.country)
+    ? tiers.resolve(rec.country, rec.regions.filter((x) => RE.region.test(x)))
+    : tiers.unknown;
+  const rep = rec.represented;
+  if (rep === undefined || rep === rec.country || !RE.country.test(rep)) return here;
+  const there = tiers.resolve(rep, NO_REGIONS);
+  return ACCESS_RANK[there.access] > ACCESS_RANK[here.access] ? there : here;
+}
+
 /**
  * Builds the geo classifier once at start-up. Per request it normalizes the address, checks the
  * trusted CIDRs and looks the address up; the tier of a database record is resolved once per
@@ -232,9 +262,9 @@ export function createGeoClassifier(policy: GeoPolicy, geo: GeoLookup): (rawIp: 
   const withShadow = (r: GeoResult, s: GeoResult): GeoResult => Object.freeze({ ...r, shadow: s });
   const TRUSTED = shadow === undefined ? GEO_TRUSTED : withShadow(GEO_TRUSTED, GEO_TRUSTED);
   const UNKNOWN = shadow === undefined ? enforced.unknown : withShadow(enforced.unknown, shadow.unknown);
-  const resolve = shadow === undefined
-    ? enforced.resolve
-    : (country: string, regions: readonly string[]): GeoResult => withShadow(enforced.resolve(country, regions), shadow.resolve(country, regions));
+  const classify = shadow === undefined
+    ? (rec: GeoRecord): GeoResult => judge(enforced, rec)
+    : (rec: GeoRecord): GeoResult => withShadow(judge(enforced, rec), judge(shadow, rec));
 
   const byRecord = new WeakMap<GeoRecord, GeoResult>();
   return (rawIp: string): GeoResult => {
@@ -242,13 +272,10 @@ export function createGeoClassifier(policy: GeoPolicy, geo: GeoLookup): (rawIp: 
     if (ip === '') return UNKNOWN;
     if (isTrusted(ip, ip.includes(':') ? 6 : 4)) return TRUSTED;
     const rec = geo.lookup(ip);
-    if (rec === null || rec.country === undefined) return UNKNOWN;
+    if (rec === null || (rec.country === undefined && rec.represented === undefined)) return UNKNOWN;
     let r = byRecord.get(rec);
     if (r === undefined) {
-      // Once per record: the codes become header values (x-edge-jurisdiction) and the geoblock
-      // answer's fields, so only well-formed ISO codes count; a record whose country is not one
-      // is an address without a country, a malformed subdivision is ignored.
-      r = RE.country.test(rec.country) ? resolve(rec.country, rec.regions.filter((x) => RE.region.test(x))) : UNKNOWN;
+      r = classify(rec);
       byRecord.set(rec, r);
     }
     return r;

@@ -1,14 +1,49 @@
 /**
  * A MaxMind-format (.mmdb) file that is polled and swapped in when it changes on disk: the
- * machinery GEOIP_DB and ANONYMIZER_DB share. A replaced file is loaded into a new Reader and
- * swapped in atomically (in-flight lookups finish on the old one); a corrupt replacement is
- * refused, the old database keeps serving, and the refusal is reported once.
+ * machinery GEOIP_DB and ANONYMIZER_DB share. A replaced file is loaded into a new Reader, checked
+ * like the first one (its kind: `MmdbCheck`) and swapped in atomically (in-flight lookups finish
+ * on the old one); a corrupt or refused replacement is not swapped in, the old database keeps
+ * serving, and the refusal is reported once.
  */
 import { readFileSync, statSync, type Stats } from 'node:fs';
+import { setImmediate as nextTurn } from 'node:timers/promises';
 import { Reader, type Response } from 'maxmind';
+import { ConfigError } from '../config.ts';
 
 export interface MmdbEvents {
   onReload?: (ok: boolean, path: string, err?: unknown) => void;
+}
+
+/** A database as its check sees it. */
+export interface OpenedMmdb {
+  readonly reader: Reader<Response>;
+  /** The whole file (what walkRecords reads the search tree from). */
+  readonly buf: Buffer;
+}
+
+/**
+ * What a kind of database must be before it serves (its database_type, what its records hold):
+ * throws to refuse it. A generator: it yields between slices of its work, so a reload's check
+ * runs between requests, while the first load runs it to the end at once (mmdb-records.ts).
+ */
+export type MmdbCheck = (db: OpenedMmdb) => Generator<void, void, void>;
+
+/**
+ * A database its setting's check refused: `SETTING: expected …, got database_type "…"…`. A
+ * ConfigError, so start-up ends as for a bad value (one line naming the setting); on a reload it
+ * is the logged reason the old database keeps serving.
+ */
+export class DatabaseRefused extends ConfigError {
+  constructor(setting: string, expected: string, got: string) {
+    super(setting, expected);
+    this.name = 'DatabaseRefused';
+    this.message = `${setting}: expected ${expected}, got ${got}`;
+  }
+}
+
+/** Runs a check to its end at once (start-up: nothing is served yet). */
+function checkNow(check: MmdbCheck, db: OpenedMmdb): void {
+  for (const _ of check(db)) { /* no pause: start-up */ }
 }
 
 /**
@@ -29,7 +64,7 @@ function boundedCache(max: number): { get(k: string | number): unknown; set(k: s
 }
 
 /** Opens and validates a database file; throws when it is not a usable MaxMind DB. */
-function openReader(path: string): { reader: Reader<Response>; stat: Stats } {
+function openReader(path: string): { reader: Reader<Response>; buf: Buffer; stat: Stats } {
   // stat before read: if the file is replaced in between, the next poll sees a newer stat and reloads again.
   const stat = statSync(path);
   const buf = readFileSync(path);
@@ -38,7 +73,7 @@ function openReader(path: string): { reader: Reader<Response>; stat: Stats } {
   // file usually passes the metadata check but fails here.
   reader.get('1.1.1.1');
   reader.get('2001:4860:4860::8888');
-  return { reader, stat };
+  return { reader, buf, stat };
 }
 
 function sameFile(a: Stats, b: Stats): boolean {
@@ -50,14 +85,21 @@ export class WatchedMmdb {
   #reader: Reader<Response>;
   readonly #path: string;
   readonly #events: MmdbEvents;
+  readonly #check: MmdbCheck | undefined;
   #timer: NodeJS.Timeout | undefined;
   /** stat of the file the current reader was loaded from (or of the last refused file). */
   #stat: Stats;
+  /** The reload under way (reloads run one at a time); undefined when none is. */
+  #reloading: Promise<boolean> | undefined;
+  #closed = false;
 
-  constructor(path: string, events: MmdbEvents = {}) {
+  /** Loads and checks `path` now; throws when it is unusable or `check` refuses it (start-up fails). */
+  constructor(path: string, events: MmdbEvents = {}, check?: MmdbCheck) {
     this.#path = path;
     this.#events = events;
-    const { reader, stat } = openReader(path);
+    this.#check = check;
+    const { reader, buf, stat } = openReader(path);
+    if (check !== undefined) checkNow(check, { reader, buf });
     this.#reader = reader;
     this.#stat = stat;
   }
@@ -100,18 +142,39 @@ export class WatchedMmdb {
     return String(this.#reader.metadata.databaseType);
   }
 
-  /** Tries to load the file now; keeps the current database on failure. Returns success. */
-  reload(): boolean {
+  /**
+   * Loads the file again and checks it (between requests: the check pauses at each slice); swaps
+   * it in when it passes, else keeps the current database. Resolves with success. Reloads run one
+   * at a time: a call during one waits for it, then loads the file as it is then.
+   */
+  reload(): Promise<boolean> {
+    const run = (this.#reloading ?? Promise.resolve(true)).then(() => this.#reloadNow());
+    this.#reloading = run;
+    void run.finally(() => {
+      if (this.#reloading === run) this.#reloading = undefined;
+    });
+    return run;
+  }
+
+  async #reloadNow(): Promise<boolean> {
+    let stat: Stats | undefined;
     try {
-      const { reader, stat } = openReader(this.#path);
-      this.#reader = reader;
-      this.#stat = stat;
+      const opened = openReader(this.#path);
+      stat = opened.stat;
+      if (this.#check !== undefined) {
+        for (const _ of this.#check(opened)) {
+          await nextTurn();
+          if (this.#closed) return false;
+        }
+      }
+      this.#reader = opened.reader;
+      this.#stat = opened.stat;
       this.#events.onReload?.(true, this.#path);
       return true;
     } catch (err) {
       // Remember the refused file so it is reported once, not on every poll.
       try {
-        this.#stat = statSync(this.#path);
+        this.#stat = stat ?? statSync(this.#path);
       } catch { /* missing: keep polling */ }
       this.#events.onReload?.(false, this.#path, err);
       return false;
@@ -132,12 +195,14 @@ export class WatchedMmdb {
       } catch {
         return; // momentarily absent during a replace
       }
-      if (!sameFile(cur, this.#stat)) this.reload();
+      // One reload at a time: a file replaced during one is seen by the next poll after it.
+      if (this.#reloading === undefined && !sameFile(cur, this.#stat)) void this.reload();
     }, intervalMs);
     this.#timer.unref();
   }
 
   close(): void {
+    this.#closed = true;
     if (this.#timer !== undefined) clearInterval(this.#timer);
     this.#timer = undefined;
   }
