@@ -567,7 +567,7 @@ if (!stopping) {
   geoip         ${env['GEOIP_DB'] === join(RUN, 'geoip', 'country.mmdb') ? `${shown('geoip/country.mmdb')} (replace it by rename: docs/operations.md)` : config.geoipDb}
   try it:
     set -a; . ${shown('dev.env')}; set +a
-    scripts/node scripts/edge-client.ts demo-ingest 0xdemo --url ${ingestUrl}
+    ${config.ingestPort === undefined ? `EDGE_PORT=${config.edgePort} scripts/node scripts/edge-client.ts demo-ingest 0xdemo` : `scripts/node scripts/edge-client.ts demo-ingest 0xdemo --url ${ingestUrl}`}
     curl -s ${edge}/v1/markets | head -c 300; echo
     head -c 64 /dev/urandom > ${shown('order.bin')}
     EDGE_PORT=${config.edgePort} scripts/node scripts/edge-client.ts order 0xdemo 10 ${shown('order.bin')}
