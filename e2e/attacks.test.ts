@@ -30,6 +30,7 @@ import { fileURLToPath } from 'node:url';
 import { anonymizerFixtures } from '../authz/test/anonymizer-fixtures.ts';
 import { scratchDir } from '../authz/test/geo-fixtures.ts';
 import { newFeedKey } from '../authz/test/helpers.ts';
+import { forgedIngestHeaders, holdMany, holdOne, release, rssMb as processRssMb, type HeldConnection, type HeldRequest } from './lib/held-bodies.ts';
 import { freePort } from '../authz/test/redis-server.ts';
 
 const ENV = {
@@ -218,7 +219,7 @@ describe('attacks on one stack', () => {
   });
 
   test('attack: an ingest without signature headers, or stamped outside the window, is refused before its body is read', async () => {
-    const phaseDenied = 'http.edge.ext_authz.ingest_headers.denied';
+    const phaseDenied = 'http.edge.ext_authz.header_phase.denied';
     const bodyPhaseChecks = 'http.edge.ext_authz.ok';
     const [phaseBefore, bodyBefore] = [await envoyStat(stack, phaseDenied), await envoyStat(stack, bodyPhaseChecks)];
     const s = signed(stack, Buffer.from('{}'), 'x');
@@ -722,5 +723,143 @@ describe('attack: a City database, or one with integer flags, as ANONYMIZER_DB l
       }
       assert.equal(await metric(stack, 'edge_anonymizer_reloads_total{result="ok"}'), 0);
     });
+  });
+});
+
+/**
+ * Issue 26, "No unauthenticated megabytes": one allowed address sends ingests whose signature
+ * headers are well formed and whose timestamp is fresh (the HMAC is wrong), announcing 1 MiB of
+ * body and sending all of it but the last byte, then stalls: 22 a second, as the attacker did for
+ * 25 s (10 s here: the steady state is reached after one REQUEST_BODY_TIMEOUT_MS, 5 s). Before the
+ * fix, Envoy held 538 of 550 such bodies (RSS 69 → 640 MB on this stack; docs/reliability.md).
+ * Replayed at once against three targets, each from its own address: the public port of a stack
+ * without INGEST_PORT, and of a stack with it, and that stack's ingest port (so that stack's Envoy
+ * sees two floods). Margins: each Envoy's RSS may grow 64 MB (measured: +11 MB without
+ * INGEST_PORT, +11 MB for both floods with it); the bodies it may still hold are
+ * INGEST_MAX_PENDING_PER_CLIENT (8) × 1 MiB per address, freed within REQUEST_BODY_TIMEOUT_MS.
+ */
+describe('attack: held ingest bodies (1 MiB announced, all but a byte sent, then a stall) from one allowed address; held order bodies', () => {
+  const FLOOD_RPS = 22;
+  const FLOOD_MS = 10_000;
+  const BODY_TIMEOUT_MS = 5_000;
+  const RSS_GROWTH_MAX_MB = 64;
+  let plain: Stack;
+  let split: Stack;
+  let market: string;
+  before(async () => {
+    const started = await Promise.allSettled([
+      startStack({ env: ENV, geoipDb: geoFixtures().geoip2 }),
+      startStack({ env: { ...ENV, INGEST_PORT: String(await freePort()) }, geoipDb: geoFixtures().geoip2 }),
+    ]);
+    // One stack that failed to start must not leave the other running (it would keep the file alive).
+    const failed = started.find((r) => r.status === 'rejected');
+    if (failed !== undefined) {
+      await Promise.all(started.map((r) => (r.status === 'fulfilled' ? r.value.stop() : undefined)));
+      throw failed.reason;
+    }
+    [plain, split] = started.map((r) => (r as PromiseFulfilledResult<Stack>).value) as [Stack, Stack];
+    market = uniqueId('0xheld');
+    for (const s of [plain, split]) assert.equal((await ingest(s, market, 1, {}, '192.0.2.89')).status, 200);
+  });
+  after(async () => Promise.all([plain?.stop(), split?.stop()]));
+
+  const portOf = (url: string): number => Number(new URL(url).port);
+  const attack = (port: number, ip: string): HeldRequest => ({ port, path: '/internal/ingest/market', headers: () => forgedIngestHeaders(ip), contentLength: 1_048_576 });
+
+  test('Envoy holds at most a few MB per address (RSS growth ≤ 64 MB), the feed keeps ingesting, every held body is cut within REQUEST_BODY_TIMEOUT_MS; the order backend timeout still answers 504', async (t) => {
+    const pids = [plain.envoyPid(), split.envoyPid()];
+    assert.ok(pids.every((p) => p !== undefined), 'the driver knows Envoy\'s pid');
+    const rssBefore = pids.map((p) => processRssMb(p!));
+    const peak = [...rssBefore];
+    const sampler = setInterval(() => pids.forEach((p, i) => { peak[i] = Math.max(peak[i]!, processRssMb(p!)); }), 200);
+    // The feed: a signed ingest every 500 ms to where each stack serves ingest, from its own address.
+    const feed: number[] = [];
+    let seq = 10;
+    const feeder = setInterval(() => {
+      for (const s of [plain, split]) void ingest(s, market, ++seq, {}, '192.0.2.90').then((r) => feed.push(r.status), () => feed.push(0));
+    }, 500);
+    // Meanwhile an order to a backend slower than ORDER_BACKEND_TIMEOUT_MS (5 s = the body timeout).
+    plain.backend.mode = 'slow';
+    plain.backend.delayMs = 7_000;
+    const t504 = Date.now();
+    const slowOrder = request(plain, 'POST', '/v1/orders', { ip: '192.0.2.91', body: orderBody(market, randomBytes(16)), headers: { 'content-type': 'application/json' } })
+      .then((r) => [r, Date.now() - t504] as const);
+    let floods: HeldConnection[][] = [];
+    try {
+      floods = await Promise.all([
+        holdMany(attack(portOf(plain.edgeUrl), '192.0.2.10'), FLOOD_RPS, FLOOD_MS),
+        holdMany(attack(portOf(split.edgeUrl), '192.0.2.11'), FLOOD_RPS, FLOOD_MS),
+        holdMany(attack(portOf(split.ingestUrl), '192.0.2.12'), FLOOD_RPS, FLOOD_MS),
+      ]);
+      const [r, ms] = await slowOrder;
+      assert.deepEqual([r.status, errorCode(r)], [504, 'backend_timeout']);
+      assert.ok(ms >= 4_500 && ms < 8_000, `504 after ${ms} ms`);
+      // Every held connection has its answer one body timeout (+1.5 s) after the last was opened.
+      await sleep(BODY_TIMEOUT_MS + 1_500);
+    } finally {
+      clearInterval(sampler);
+      clearInterval(feeder);
+      plain.backend.mode = 'ok';
+      for (const f of floods) release(f);
+    }
+    const [plainPublic, splitPublic, splitIngest] = floods.map((f) => f.map((c) => c.status ?? (c.closedAt === undefined ? 'held' : 'closed')));
+    const count = (xs: (number | string)[] | undefined): Record<string, number> => (xs ?? []).reduce<Record<string, number>>((m, x) => ({ ...m, [x]: (m[x] ?? 0) + 1 }), {});
+    for (const [name, statuses, allowed] of [
+      ['public port, no INGEST_PORT', plainPublic, [408, 429]],
+      ['public port, INGEST_PORT set', splitPublic, [404, 429]],
+      ['ingest port', splitIngest, [408, 429]],
+    ] as const) {
+      assert.equal(statuses?.length, FLOOD_RPS * FLOOD_MS / 1000, name);
+      assert.deepEqual(Object.keys(count(statuses)).filter((s) => !allowed.map(String).includes(s)), [], `${name}: ${JSON.stringify(count(statuses))}`);
+    }
+    // Per address, at most INGEST_MAX_PENDING_PER_CLIENT bodies at a time, each cut at the body timeout:
+    // 8 per 5 s over 10 s, plus the 8 of the last window.
+    for (const statuses of [plainPublic, splitIngest]) assert.ok((count(statuses)['408'] ?? 0) <= 8 * (FLOOD_MS / BODY_TIMEOUT_MS + 1), JSON.stringify(count(statuses)));
+    const grown = peak.map((p, i) => p - rssBefore[i]!);
+    t.diagnostic(`answers: ${JSON.stringify([plainPublic, splitPublic, splitIngest].map(count))}; Envoy RSS growth ${grown.map((g) => `${g.toFixed(1)} MB`).join(', ')}`);
+    for (const [i, name] of ['without INGEST_PORT', 'with INGEST_PORT (two floods)'].entries()) {
+      assert.ok(grown[i]! <= RSS_GROWTH_MAX_MB, `Envoy ${name}: RSS ${rssBefore[i]!.toFixed(1)} → peak ${peak[i]!.toFixed(1)} MB`);
+    }
+    assert.ok(feed.length >= 2 * Math.floor(FLOOD_MS / 500) - 2, `${feed.length} feed ingests answered`);
+    assert.deepEqual([...new Set(feed)], [200], 'every signed feed ingest was stored during the attack');
+  });
+
+  test('a stalled and a trickled body are cut at REQUEST_BODY_TIMEOUT_MS with a JSON 408, on the ingest port and on orders', async () => {
+    const stalled = holdOne(attack(portOf(split.ingestUrl), '192.0.2.13'));
+    const trickled = holdOne({ port: portOf(plain.edgeUrl), path: '/v1/orders', headers: () => ({ 'x-forwarded-for': '192.0.2.14', 'content-type': 'application/json' }), contentLength: 1_000, sendBytes: 1 });
+    // One byte every 500 ms: never idle, never whole.
+    const drip = setInterval(() => { if (trickled.closedAt === undefined) trickled.socket.write(' '); }, 500);
+    try {
+      await sleep(BODY_TIMEOUT_MS + 2_000);
+    } finally {
+      clearInterval(drip);
+      release([stalled, trickled]);
+    }
+    for (const [name, c] of [['stalled ingest', stalled], ['trickled order', trickled]] as const) {
+      assert.equal(c.status, 408, `${name}: ${c.answer.slice(0, 200)}`);
+      const ms = c.answeredAt! - c.openedAt;
+      assert.ok(ms >= BODY_TIMEOUT_MS - 100 && ms < BODY_TIMEOUT_MS + 1_500, `${name}: 408 after ${ms} ms`);
+      const body = JSON.parse(c.answer.slice(c.answer.indexOf('\r\n\r\n') + 4)) as { error: string };
+      assert.equal(body.error, 'bad_request');
+      assert.match(c.answer, /\r\ncontent-type: application\/json\r\n/);
+    }
+  });
+
+  test('with INGEST_PORT the public port answers the ingest path 404 on its headers alone; a blocked client\'s order gets its 451 without sending its body', async () => {
+    const bodyPhaseBefore = await envoyStat(split, 'http.edge.ext_authz.header_phase.ok');
+    const noBody = { sendBytes: 0 };
+    const publicIngest = holdOne({ ...attack(portOf(split.edgeUrl), '192.0.2.15'), ...noBody });
+    const blockedOrder = holdOne({ port: portOf(split.edgeUrl), path: '/v1/orders', headers: () => ({ 'x-forwarded-for': KP_IP, 'content-type': 'application/json' }), contentLength: 65_536, ...noBody });
+    const deadline = Date.now() + 3_000;
+    while (Date.now() < deadline && (publicIngest.status === undefined || blockedOrder.status === undefined)) await sleep(20);
+    release([publicIngest, blockedOrder]);
+    assert.equal(publicIngest.status, 404, publicIngest.answer.slice(0, 200));
+    assert.equal((JSON.parse(publicIngest.answer.slice(publicIngest.answer.indexOf('\r\n\r\n') + 4)) as { error: string }).error, 'not_found');
+    assert.equal(await envoyStat(split, 'http.edge.ext_authz.header_phase.ok') - bodyPhaseBefore, 0, 'no ingest route on the public port');
+    assert.equal(blockedOrder.status, 451, blockedOrder.answer.slice(0, 200));
+    // The one uniform notice: the same bytes as any 451 (but the request id).
+    const id = /\r\nx-request-id: ([^\r]+)/.exec(blockedOrder.answer)?.[1] ?? '';
+    const usual = await request(split, 'GET', '/', { ip: KP_IP });
+    assert.equal(blockedOrder.answer.slice(blockedOrder.answer.indexOf('\r\n\r\n') + 4), usual.text.replace(usual.headers.get('x-request-id') ?? '', id));
   });
 });

@@ -134,7 +134,7 @@ describe('compose', { skip: containerSkip('compose', SKIP) }, () => {
       const hmacKey = parseHmacKey('ingest_hmac', readFileSync(join(p.dir, COMPOSE_FILES.ingestHmac), 'utf8').replace(/\n$/, ''));
       const seed = Buffer.from(readFileSync(join(p.dir, COMPOSE_FILES.feedPrivateKey), 'utf8').trim(), 'hex');
       const feedPrivateKey: KeyObject = createPrivateKey({ key: Buffer.concat([PKCS8_ED25519_PREFIX, seed]), format: 'der', type: 'pkcs8' });
-      stack = { edgeUrl: p.edgeUrl, hmacKey, feedPrivateKey } as unknown as Stack;
+      stack = { edgeUrl: p.edgeUrl, ingestUrl: p.ingestUrl, hmacKey, feedPrivateKey } as unknown as Stack;
     } catch (err) {
       setupFailed = err;
       if (p !== undefined) process.stderr.write(`${await p.logTail(100).catch(() => '')}\n`);
@@ -198,8 +198,11 @@ describe('compose', { skip: containerSkip('compose', SKIP) }, () => {
 
     // The key the service holds is the one compose-setup wrote: another key is refused.
     const forged = signedIngest(Buffer.from(JSON.stringify({ conditionId: `${id}-x`, seq: 1, question: 'q?', active: true, closed: false, outcomes: [], updatedAt: 1 })), `${id}-x`, randomBytes(32), stack.feedPrivateKey);
-    const refused = await request(stack, 'POST', '/internal/ingest/market', { body: forged.body, headers: forged.headers });
+    const refused = await request(stack, 'POST', '/internal/ingest/market', { body: forged.body, headers: forged.headers, baseUrl: stack.ingestUrl });
     assert.deepEqual([refused.status, errorCode(refused)], [401, 'unauthorized']);
+    // INGEST_PORT: the clients' port has no ingest route (404 before any body is read).
+    const onPublic = await request(stack, 'POST', '/internal/ingest/market', { body: forged.body, headers: forged.headers });
+    assert.deepEqual([onPublic.status, errorCode(onPublic)], [404, 'not_found']);
   });
 
   step('an order is delivered byte-exact to the compose backend over mTLS: its 200 answer and its log line carry the SHA-256', 60_000, async () => {

@@ -105,6 +105,7 @@ describe('pod', { skip: containerSkip('pod', SKIP) }, () => {
   let settings: Settings;
   let ip = '';
   let edgeUrl = '';
+  let ingestUrl = '';
   const ctr = (name: string): string => `${s?.pod ?? ''}-${name}`;
 
   /** Recent lines of every container of the run, for a failure message. */
@@ -249,8 +250,8 @@ describe('pod', { skip: containerSkip('pod', SKIP) }, () => {
       for (const sig of ['SIGINT', 'SIGTERM'] as const) process.once(sig, onSignal);
       dir = mkdtempSync(join(tmpdir(), 'edge-pod-e2e-'));
       const building = buildServiceImage();
-      const [http, grpc, metrics, redisPort, replicaPort] = [await freePort(), await freePort(), await freePort(), await freePort(), await freePort()];
-      s = setupPod({ out: dir, name: runId, envoyImage: images.envoy, serviceImage: images.service, redisPort, publish: { http, grpc, metrics }, blockedCountries: 'KP', subnet: freeSubnet() });
+      const [http, grpc, metrics, ingestPort, redisPort, replicaPort] = [await freePort(), await freePort(), await freePort(), await freePort(), await freePort(), await freePort()];
+      s = setupPod({ out: dir, name: runId, envoyImage: images.envoy, serviceImage: images.service, redisPort, publish: { http, grpc, metrics, ingest: ingestPort }, blockedCountries: 'KP', subnet: freeSubnet() });
       podman = podmanWith(s.conf);
       // The run's network lives in its own CNI directory, so it is the only one listed there.
       before0 = await podmanObjects(podman);
@@ -258,6 +259,8 @@ describe('pod', { skip: containerSkip('pod', SKIP) }, () => {
       const settingsName = container('authz').envFrom?.[0]?.configMapRef?.name ?? '';
       settings = findResource(s.docs, 'ConfigMap', settingsName) as Resource & Settings;
       edgeUrl = `http://127.0.0.1:${http}`;
+      // The overlay serves ingest on Envoy's `ingest` port (INGEST_PORT): the feed's, never the clients'.
+      ingestUrl = `http://127.0.0.1:${ingestPort}`;
 
       await building;
       await copyImage(podman, SERVICE_IMAGE, images.service);
@@ -290,7 +293,7 @@ describe('pod', { skip: containerSkip('pod', SKIP) }, () => {
       timings.push(`healthy ${Date.now() - t0} ms after the start of setup`);
       const hmacKey = parseHmacKey('ingest-hmac', s.ingestHmac);
       const feedPrivateKey: KeyObject = createPrivateKey({ key: Buffer.concat([PKCS8_ED25519_PREFIX, Buffer.from(s.feedPrivateKeyHex, 'hex')]), format: 'der', type: 'pkcs8' });
-      stack = { edgeUrl, hmacKey, feedPrivateKey } as unknown as Stack;
+      stack = { edgeUrl, ingestUrl, hmacKey, feedPrivateKey } as unknown as Stack;
     } catch (err) {
       setupFailed = err;
       if (s !== undefined) process.stderr.write(`${await logTail(100).catch(() => '')}\n`);
@@ -419,8 +422,11 @@ describe('pod', { skip: containerSkip('pod', SKIP) }, () => {
     const seq = ok(await run('redis-cli', ['-h', s!.gateway, '-p', String(redis?.port), 'HGET', `edge:market:${id}`, 'seq'], { timeoutMs: 10_000 })).stdout.trim();
     assert.equal(seq, '7', 'redis-cli HGET on the test Redis');
     const forged = signedIngest(Buffer.from(JSON.stringify({ conditionId: `${id}-x`, seq: 1, question: 'q?', active: true, closed: false, outcomes: [], updatedAt: 1 })), `${id}-x`, randomBytes(32), stack.feedPrivateKey);
-    const refused = await request(stack, 'POST', '/internal/ingest/market', { body: forged.body, headers: forged.headers });
+    const refused = await request(stack, 'POST', '/internal/ingest/market', { body: forged.body, headers: forged.headers, baseUrl: stack.ingestUrl });
     assert.deepEqual([refused.status, errorCode(refused)], [401, 'unauthorized']);
+    // INGEST_PORT: the clients' port has no ingest route (404 before any body is read).
+    const onPublic = await request(stack, 'POST', '/internal/ingest/market', { body: forged.body, headers: forged.headers });
+    assert.deepEqual([onPublic.status, errorCode(onPublic)], [404, 'not_found']);
   });
 
   step('an order is delivered byte-exact over mTLS to the backend ORDER_BACKEND_URL names (hostAliases), with the client certificate from the pod\'s secret directory', 60_000, async () => {

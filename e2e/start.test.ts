@@ -66,6 +66,8 @@ test('npm start: ready on /healthz, the banner\'s ingest and order work, Ctrl-C 
     assert.ok(keysLine, `the banner names the keys file:\n${out}`);
     assert.equal(keysLine[1], join(runDir, 'dev.env'));
     assert.match(out, new RegExp(`EDGE_PORT=${ports.EDGE_PORT} scripts/node scripts/edge-client.ts demo-ingest 0xdemo`));
+    // No INGEST_PORT: ingest stays on the client port, and the banner says so.
+    assert.match(out, new RegExp(`ingest +${edge}/internal/ingest/market +\\(the client port: INGEST_PORT unset\\)`));
     const keys = Object.fromEntries(readFileSync(keysLine[1], 'utf8').split('\n').filter((l) => /^[A-Z0-9_]+=/.test(l)).map((l) => [l.slice(0, l.indexOf('=')), l.slice(l.indexOf('=') + 1)]));
     const clientEnv = { ...env, ...keys, EDGE_PORT: String(ports.EDGE_PORT) };
     const client = (...args: string[]) => promisify(execFile)(NODE, [join(ROOT, 'scripts/edge-client.ts'), ...args], { cwd: ROOT, env: clientEnv });

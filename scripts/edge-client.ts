@@ -2,7 +2,7 @@
  * A small client that signs requests the way the feed pipeline and traders do.
  *
  *   scripts/node scripts/edge-client.ts ingest <document.json | -> [--url http://127.0.0.1:8080]
- *   scripts/node scripts/edge-client.ts demo-ingest <conditionId> [seq]
+ *   scripts/node scripts/edge-client.ts demo-ingest <conditionId> [seq] [--url http://127.0.0.1:8080]
  *   scripts/node scripts/edge-client.ts order <marketId> <size> <payload-file | -> [--ttl 60]
  *   scripts/node scripts/edge-client.ts check-request <conditionId>   (prints a signed ingest CheckRequest JSON for grpcurl)
  *
@@ -61,7 +61,9 @@ async function send(path: string, body: Buffer, headers: Record<string, string>)
 }
 
 async function main(): Promise<void> {
-  const [cmd, a1, a2, a3] = process.argv.slice(2);
+  // Positional arguments: everything but the `--url <u>` and `--ttl <n>` options, wherever they stand.
+  const args = process.argv.slice(2).filter((a, i, all) => !['--url', '--ttl'].includes(a) && !['--url', '--ttl'].includes(all[i - 1] ?? ''));
+  const [cmd, a1, a2, a3] = args;
   if (cmd === 'ingest' && a1) {
     const doc = readFileSync(a1 === '-' ? 0 : a1);
     const { conditionId } = JSON.parse(doc.toString('utf8')) as { conditionId: string };

@@ -300,7 +300,10 @@ export function buildOpenApi(): Obj {
             + `within NONCE_TTL_SECS (default ${defaults.nonceTtlSecs}). **Content:** \`d\` is base64 of the market document, \`s\` the hex Ed25519 signature of `
             + 'SHA-256(document) by a feed key, `k` = `ed25519-sha256`.\n\n'
             + 'Order of checks: headers well-formed → window → HMAC → nonce recorded → envelope → Ed25519 → document schema → store (seq must grow). '
-            + `200 only after the record is durably stored; any failure stores nothing. Body ≤ INGEST_MAX_BYTES (default ${defaults.ingestMaxBytes}).`,
+            + `200 only after the record is durably stored; any failure stores nothing. Body ≤ INGEST_MAX_BYTES (default ${defaults.ingestMaxBytes}).\n\n`
+            + 'Served on INGEST_PORT when it is set (the client port then answers this path 404 before reading a body). The headers are decided before '
+            + `the body is read; at most INGEST_MAX_PENDING_PER_CLIENT (default ${defaults.ingestMaxPendingPerClient}) ingests per address may be waiting for their `
+            + `body (429 \`too many requests\` with Retry-After beyond), and the body must arrive within REQUEST_BODY_TIMEOUT_MS (default ${defaults.requestBodyTimeoutMs} ms; 408 beyond).`,
           security: [{ edgeSignature: [], edgeTimestamp: [], edgeNonce: [] }],
           parameters: [
             { name: 'X-Edge-Timestamp', in: 'header', required: true, schema: { type: 'string', pattern: PATTERN.timestamp }, description: 'Unix seconds (int64).' },
@@ -321,6 +324,7 @@ export function buildOpenApi(): Obj {
             },
             '400': errorResponse(400, ['invalid_json', 'invalid_envelope', 'bad_request']),
             '401': errorResponse(401, ['unauthorized', 'timestamp expired', 'ingest_replay', 'invalid_content_signature']),
+            '404': errorResponse(404, ['not_found'], { note: 'On the client port (EDGE_PORT) when INGEST_PORT is set: ingest is served on that port alone' }),
             '409': errorResponse(409, ['stale_document']),
             '413': errorResponse(413, ['payload_too_large'], { cacheControl: false, headers: { Connection: headerRef('ConnectionClose') } }),
             '504': responseRef('UpstreamTimeout'),

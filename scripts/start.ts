@@ -123,6 +123,8 @@ function checkSettings(): Plan {
   const ports: [string, number][] = [
     ['EDGE_PORT', config.edgePort], ['AUTHZ_GRPC_PORT', config.authzGrpcPort], ['MARKET_PORT', config.marketPort],
     ['AUTHZ_ADMIN_PORT', config.authzAdminPort], ['ENVOY_ADMIN_PORT', config.envoyAdminPort],
+    // Ingest on a listener of its own only when INGEST_PORT is set; else on EDGE_PORT as every route.
+    ...(config.ingestPort === undefined ? [] : [['INGEST_PORT', config.ingestPort] as [string, number]]),
   ];
   for (const [name, port] of ports) {
     // Port 0 lets the system choose: nobody (the banner, Envoy, a client) would know the port.
@@ -601,6 +603,9 @@ for (const w of rendered.warnings) say(`envoy config warning: ${w}`);
 writeFileSync(join(RUN, 'envoy.yaml'), rendered.bootstrap);
 if (rendered.sds !== undefined) writeFileSync(sdsPath, rendered.sds);
 const edge = `http://127.0.0.1:${config.edgePort}`;
+/** Where ingests go: the ingest listener (INGEST_PORT, reached on loopback when it binds every address), else Envoy's client port. */
+const ingestHost = ['0.0.0.0', '::'].includes(config.ingestBindAddress) ? '127.0.0.1' : config.ingestBindAddress;
+const ingestUrl = config.ingestPort === undefined ? edge : `http://${ingestHost.includes(':') ? `[${ingestHost}]` : ingestHost}:${config.ingestPort}`;
 const envoy: Service = {
   name: 'envoy', label: 'Envoy', cmd: envoyBinary(env), args: ['-c', join(RUN, 'envoy.yaml'), '--disable-hot-restart', '-l', 'warning'],
   // Envoy's own readiness (listeners and clusters initialized), on its admin port: not a route
@@ -635,6 +640,7 @@ if (!stopping) {
   say(`READY  the TS service GET 127.0.0.1:${config.marketPort}/healthz → 200, Envoy admin GET /ready → 200
   this machine  GET ${edge}/healthz → ${await throughTheEdge()}
   clients       ${edge}   (Envoy; per-IP rate limit ${config.rpsPerIp}/s burst ${config.rateBurst}, ${config.rateLimitScope === 'global' ? 'global: across replicas, in Redis' : 'local: per Envoy'})
+  ingest        ${config.ingestPort === undefined ? `${edge}/internal/ingest/market   (the client port: INGEST_PORT unset)` : `${ingestUrl}/internal/ingest/market   (its own listener, INGEST_PORT on ${config.ingestBindAddress}; the client port answers that path 404)`}
   authz gRPC    127.0.0.1:${config.authzGrpcPort}   (.venv/bin/grpcurl -plaintext 127.0.0.1:${config.authzGrpcPort} list)
   market        127.0.0.1:${config.marketPort}
   metrics       http://127.0.0.1:${config.authzAdminPort}/metrics
@@ -642,7 +648,7 @@ if (!stopping) {
   geoip         ${env['GEOIP_DB'] === join(RUN, 'geoip', 'country.mmdb') ? `${shown('geoip/country.mmdb')} (replace it by rename: docs/operations.md)` : config.geoipDb}
   try it:
     set -a; . ${shown('dev.env')}; set +a
-    EDGE_PORT=${config.edgePort} scripts/node scripts/edge-client.ts demo-ingest 0xdemo
+    ${config.ingestPort === undefined ? `EDGE_PORT=${config.edgePort} scripts/node scripts/edge-client.ts demo-ingest 0xdemo` : `scripts/node scripts/edge-client.ts demo-ingest 0xdemo --url ${ingestUrl}`}
     curl -s ${edge}/v1/markets | head -c 300; echo
     head -c 64 /dev/urandom > ${shown('order.bin')}
     EDGE_PORT=${config.edgePort} scripts/node scripts/edge-client.ts order 0xdemo 10 ${shown('order.bin')}

@@ -2,7 +2,7 @@
  * The global rate limit taken in the ext_authz Check (authz/src/ratelimit/check-limit.ts), on the
  * real authz core over gRPC with its buckets on a private redis-server (RATE_LIMIT_SCOPE=global,
  * RATELIMIT_SERVICE_ADDRESS unset): only Checks Envoy marks (context_extensions `rate_limit:
- * global`) take a token; an ingest (header phase + body phase) is charged once; a refused request
+ * global`) take a token; an ingest (header phase, marked, + body phase) is charged once; a refused request
  * reaches no stage (its nonce is not recorded); the 429 is Envoy's local 429 byte for byte with
  * the global budget's headers; an allow carries those headers as response_headers_to_add; the
  * client key is the one Envoy computes; Redis stopped or slow fails open to the local limit,
@@ -96,25 +96,28 @@ describe('global rate limit in Check – on the real core and a private redis-se
     assert.equal(await admin.exists(RATE_LIMIT_KEY_PREFIX + me), 0);
   });
 
-  test('an ingest is charged once: its header phase never takes a token (even if marked), its body phase does; a refused ingest records no nonce', async () => {
+  test('an ingest is charged once, in its header phase (marked), before its body exists; the body phase takes nothing; a refused ingest records no nonce', async () => {
     const me = ip();
     const body = ingestBody(marketDoc('0xabc', 1), fx.feed);
+    // As Envoy sends them: the header phase marked, the body phase not.
     const ingest = (phase: boolean, headers: Record<string, string>): Promise<Awaited<ReturnType<Fixture['check']>>> => fx.check({
-      method: 'POST', path: '/internal/ingest/market', headers: { ...headers, 'x-edge-client-ip': me },
+      method: 'POST', path: '/internal/ingest/market', headers: { ...headers, 'x-edge-client-ip': me, 'x-request-id': `${me}-${Math.random()}` },
       ...(phase ? {} : { body }),
-      contextExtensions: phase ? { route: 'ingest', phase: 'headers', rate_limit: 'global' } : { route: 'ingest', rate_limit: 'global' },
+      contextExtensions: phase ? { route: 'ingest', phase: 'headers', rate_limit: 'global' } : { route: 'ingest' },
     });
     const h1 = hmacHeaders(body, fx.hmacKey, Math.floor(Date.now() / 1000));
-    assert.equal((await ingest(true, h1)).status, 200);
+    const phase1 = await ingest(true, h1);
+    assert.equal(phase1.status, 200);
+    assert.deepEqual(rlHeaders(phase1.raw as Raw), [['x-ratelimit-limit', '3'], ['x-ratelimit-remaining', '2'], ['x-ratelimit-reset', '1']], 'the token, before the body');
     const first = await ingest(false, h1);
     assert.equal(first.status, 200, JSON.stringify(first.body));
-    assert.deepEqual(rlHeaders(first.raw as Raw), [['x-ratelimit-limit', '3'], ['x-ratelimit-remaining', '2'], ['x-ratelimit-reset', '1']], 'one token for two Checks');
-    // Spend the rest with reads, then an ingest is refused before any stage: its nonce stays free.
+    assert.deepEqual(rlHeaders(first.raw as Raw), [], 'no second token for the body phase');
+    // Spend the rest with reads, then an ingest is refused on its headers: no body, no stage, its nonce stays free.
     for (let i = 0; i < 2; i++) assert.equal((await fx.check(read(me))).status, 200);
     const h2 = hmacHeaders(body, fx.hmacKey, Math.floor(Date.now() / 1000));
-    assert.equal((await ingest(true, h2)).status, 200, 'the header phase is not limited in Check');
-    assert.equal((await ingest(false, h2)).status, 429);
+    assert.equal((await ingest(true, h2)).status, 429);
     await sleep(1100);
+    assert.equal((await ingest(true, h2)).status, 200);
     const again = await ingest(false, h2);
     assert.notEqual(again.error, 'ingest_replay', 'the refused ingest\'s nonce was not recorded');
     assert.equal(again.status, 200);
@@ -182,16 +185,18 @@ describe('global rate limit in Check – the limiter alone', () => {
     assert.match(t, /edge_ratelimit_redis_errors_total 0\n/);
   });
 
-  test('unmarked, the header phase, or no address: `decide` directly (synchronous stays synchronous); a marked Check asks first', async () => {
+  test('unmarked (a body phase, a route Envoy answers itself) or no address: `decide` directly (synchronous stays synchronous); a marked Check, a header phase included, asks first', async () => {
     let takes = 0;
     const buckets: Buckets = { take: async () => { takes++; return { allowed: true, remaining: 5, untilFullUs: 2_500_000 }; } };
     const evaluate = withGlobalLimit(createCheckLimiter({ buckets, limits: limitsOf(2, 10), metrics: metricsOf(), logger }), () => deny('not_found'));
     assert.equal(evaluate(input({ headers: { 'x-edge-client-ip': '192.0.2.1' }, contextExtensions: { route: 'read' } })), deny('not_found'));
-    assert.equal(evaluate(input({ headers: { 'x-edge-client-ip': '192.0.2.1' }, contextExtensions: { route: 'ingest', phase: 'headers', rate_limit: 'global' } })), deny('not_found'));
+    assert.equal(evaluate(input({ headers: { 'x-edge-client-ip': '192.0.2.1' }, contextExtensions: { route: 'ingest' } })), deny('not_found'));
     assert.equal(evaluate(input({ headers: { 'x-edge-client-ip': 'unknown' }, contextExtensions: MARK })), deny('not_found'));
     assert.equal(takes, 0);
     const d = await evaluate(input({ headers: { 'x-edge-client-ip': '192.0.2.1' }, contextExtensions: MARK }));
     assert.equal(takes, 1);
+    await evaluate(input({ headers: { 'x-edge-client-ip': '192.0.2.1' }, contextExtensions: { route: 'order', phase: 'headers', rate_limit: 'global' } }));
+    assert.equal(takes, 2, 'a marked header phase takes its token');
     assert.deepEqual(d.headers.slice(-3), [['x-ratelimit-limit', '10'], ['x-ratelimit-remaining', '5'], ['x-ratelimit-reset', '1']]);
     assert.equal(d.code, 'not_found');
   });

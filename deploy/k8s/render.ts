@@ -62,6 +62,14 @@ export const SHUTDOWN = {
 /** The base settings (non-secret). Secrets come from files: *_FILE under MOUNTS.secrets. */
 export const K8S_ENV: Readonly<Record<string, string>> = {
   EDGE_PORT: '8080',
+  // Ingest on Envoy's own `ingest` port (INGEST_PORT), which the NetworkPolicy admits from the feed
+  // pipeline's pods only; the client port answers the ingest path 404 before reading a body
+  // (docs/deploy.md "Ingest port"). Every address of the pod: the feed pipeline is another pod.
+  INGEST_PORT: '8082',
+  INGEST_BIND_ADDRESS: '0.0.0.0',
+  // The envoy container's memory limit (base/deployment.yaml, 256Mi; a test checks they agree):
+  // Envoy's overload manager sheds load near it instead of being OOM-killed.
+  ENVOY_MEMORY_LIMIT_MB: '256',
   AUTHZ_GRPC_PORT: '9191',
   MARKET_PORT: '8081',
   AUTHZ_ADMIN_PORT: '9464',

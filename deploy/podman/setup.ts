@@ -10,7 +10,7 @@
  *            --envoy-image <ref>   Envoy's image in podman's store (default docker.io/local/envoy:v1.40.0)
  *            --service-image <ref> the service image in podman's store (default docker.io/library/edge-trading-proxy:1.0.0)
  *            --redis-port <p>      where the pod finds Redis on the network's gateway (default 16390)
- *            --publish <a,b,c>     host ports (127.0.0.1) for the containerPorts http,grpc,metrics (default
+ *            --publish <a,b,c,d>   host ports (127.0.0.1) for the containerPorts http,grpc,metrics,ingest (default
  *                                  18080,19191,19464: `npm start` keeps 8080, 9191 and 9464 on loopback)
  *
  * Writes, under <out>:
@@ -536,6 +536,7 @@ export function setupPod(opts: SetupOptions): PodSetup {
     `POD_NAME=${pod}`,
     `POD_REDIS_PORT=${opts.redisPort}`,
     `POD_EDGE_URL=http://127.0.0.1:${opts.publish['http'] ?? ''}`,
+    `POD_INGEST_URL=http://127.0.0.1:${opts.publish['ingest'] ?? ''}`,
     `POD_BACKEND_HOST=${backendHost}`,
     '',
   ].join('\n'));
@@ -577,13 +578,13 @@ if (import.meta.main) {
       'envoy-image': { type: 'string', default: 'docker.io/local/envoy:v1.40.0' },
       'service-image': { type: 'string', default: 'docker.io/library/edge-trading-proxy:1.0.0' },
       'redis-port': { type: 'string', default: '16390' },
-      publish: { type: 'string', default: '18080,19191,19464' },
+      publish: { type: 'string', default: '18080,19191,19464,18082' },
       'rotate-client-cert': { type: 'boolean' },
       'conf-only': { type: 'boolean' },
     },
   });
   if (values.out === undefined) {
-    process.stderr.write('usage: setup.ts --out <dir> [--name n] [--envoy-image ref] [--service-image ref] [--redis-port p] [--publish http,grpc,metrics] | --out <dir> --rotate-client-cert | --out <dir> --conf-only\n');
+    process.stderr.write('usage: setup.ts --out <dir> [--name n] [--envoy-image ref] [--service-image ref] [--redis-port p] [--publish http,grpc,metrics,ingest] | --out <dir> --rotate-client-cert | --out <dir> --conf-only\n');
     process.exit(2);
   }
   if (values['conf-only'] === true) {
@@ -598,10 +599,10 @@ if (import.meta.main) {
   if (values['rotate-client-cert'] === true) {
     process.stdout.write(`setup: published a new client certificate (CN ${rotateClientCert(values.out)}) into ${join(resolve(values.out), FILES.secrets, SECRETS.clientCert.name)}\n`);
   } else {
-    const [http, grpc, metrics] = values.publish.split(',').map(Number);
+    const [http, grpc, metrics, ingest] = values.publish.split(',').map(Number);
     const s = setupPod({
       out: values.out, name: values.name, envoyImage: values['envoy-image'], serviceImage: values['service-image'],
-      redisPort: Number(values['redis-port']), publish: { http: http ?? 18080, grpc: grpc ?? 19191, metrics: metrics ?? 19464 },
+      redisPort: Number(values['redis-port']), publish: { http: http ?? 18080, grpc: grpc ?? 19191, metrics: metrics ?? 19464, ingest: ingest ?? 18082 },
     });
     process.stdout.write(`setup: wrote ${s.dir} (${Object.values(FILES).join(', ')}); network ${s.network}, gateway ${s.gateway}; the pod will be ${s.pod}\n`);
   }

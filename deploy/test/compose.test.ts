@@ -118,7 +118,7 @@ test('compose – hardening: read-only root filesystems, non-root users, capabil
     if (['authz', 'envoy', 'backend'].includes(name)) assert.equal(s.user, '1000:1000', `${name}: runs as EDGE_UID:EDGE_GID`);
     if (name !== 'envoy') assert.equal(s.ports, undefined, `${name} publishes no port`);
   }
-  assert.deepEqual(compose.services['envoy']?.ports, ['127.0.0.1:8080:8080/tcp']);
+  assert.deepEqual(compose.services['envoy']?.ports, ['127.0.0.1:8080:8080/tcp', '127.0.0.1:8082:8082/tcp'], 'clients, and the feed\'s ingest port');
   assert.equal(compose.services['render']?.network_mode, 'none');
 });
 
@@ -161,6 +161,13 @@ test('compose – environment names are settings the service reads; Envoy reache
   assert.ok(compose.services['envoy']?.healthcheck?.test.join(' ').includes(`/dev/tcp/127.0.0.1/${a['ENVOY_ADMIN_PORT']}`));
   assert.ok(compose.services['backend']?.healthcheck?.test.join(' ').includes(`connect(${env('backend')['BACKEND_PORT']},`));
   assert.equal(compose.services['envoy']?.ports?.[0]?.replace(/\/tcp$/, '').split(':').at(-1), a['EDGE_PORT']);
+  // Ingest on its own port (INGEST_PORT), bound inside the container on every address, published; the
+  // overload manager's memory bound is the container's limit.
+  assert.equal(compose.services['envoy']?.ports?.[1]?.replace(/\/tcp$/, '').split(':').at(-1), a['INGEST_PORT']);
+  assert.equal(a['INGEST_BIND_ADDRESS'], '0.0.0.0');
+  const mem = /^(\d+)([kmg]?)b?$/i.exec(String(compose.services['envoy']?.mem_limit ?? ''));
+  const memBytes = mem === null ? NaN : Number(mem[1]) * 1024 ** ' kmg'.indexOf((mem[2] || ' ').toLowerCase());
+  assert.equal(memBytes, Number(a['ENVOY_MEMORY_LIMIT_MB']) * 1_048_576, 'ENVOY_MEMORY_LIMIT_MB is the envoy service\'s mem_limit');
 });
 
 test('compose – every secret and mount resolves to a file compose-setup.ts wrote, 0400 and owned by the container user; the service loads them', () => {

@@ -169,7 +169,9 @@ for (const name of Object.keys(KUSTOMIZATIONS)) {
     const config = loadConfig(env);
     const envoy = container(rs, 'envoy');
     const authz = container(rs, 'authz');
-    assert.deepEqual(envoy.ports, [{ name: 'http', containerPort: config.edgePort }]);
+    assert.deepEqual(envoy.ports, [{ name: 'http', containerPort: config.edgePort }, { name: 'ingest', containerPort: config.ingestPort }]);
+    // The overload manager's memory bound is the envoy container's own limit.
+    assert.equal(envoy.resources?.limits?.['memory'], `${config.envoyMemoryLimitMb}Mi`, 'ENVOY_MEMORY_LIMIT_MB is the envoy container\'s memory limit');
     // The market port is not declared: it listens on loopback inside the pod (MARKET_BIND_ADDRESS).
     assert.deepEqual(authz.ports?.map((p) => p.containerPort), [config.authzGrpcPort, config.authzAdminPort]);
     assert.equal(config.marketBindAddress, '127.0.0.1');
@@ -181,10 +183,13 @@ for (const name of Object.keys(KUSTOMIZATIONS)) {
     // Envoy's admin port: the config's, and the one the probe and preStop scripts use (from the env).
     const boot = YAML.parse((find(rs, 'ConfigMap', 'edge-envoy')['data'] as Record<string, string>)['envoy.yaml']!) as {
       admin: { address: { socket_address: { address: string; port_value: number } } };
-      static_resources: { listeners: { address: { socket_address: { port_value: number } } }[]; clusters: { name: string; load_assignment?: { endpoints: { lb_endpoints: { endpoint: { address: { socket_address: { address: string; port_value: number } } } }[] }[] } }[] };
+      static_resources: { listeners: { name: string; address: { socket_address: { address: string; port_value: number } } }[]; clusters: { name: string; load_assignment?: { endpoints: { lb_endpoints: { endpoint: { address: { socket_address: { address: string; port_value: number } } } }[] }[] } }[] };
     };
     assert.deepEqual(boot.admin.address.socket_address, { address: '127.0.0.1', port_value: config.envoyAdminPort });
     assert.equal(boot.static_resources.listeners[0]?.address.socket_address.port_value, config.edgePort);
+    // Ingest on its own listener, on every address of the pod (the feed pipeline is another pod).
+    assert.deepEqual(boot.static_resources.listeners.map((l) => [l.name, l.address.socket_address]),
+      [['edge', { address: '0.0.0.0', port_value: config.edgePort }], ['ingest', { address: '0.0.0.0', port_value: config.ingestPort }]]);
     const endpoint = (c: string): unknown => boot.static_resources.clusters.find((x) => x.name === c)?.load_assignment?.endpoints[0]?.lb_endpoints[0]?.endpoint.address.socket_address;
     assert.deepEqual(endpoint('authz'), { address: '127.0.0.1', port_value: config.authzGrpcPort }, 'Envoy reaches authz over the pod\'s loopback');
     assert.deepEqual(endpoint('market'), { address: '127.0.0.1', port_value: config.marketPort });
@@ -202,15 +207,17 @@ for (const name of Object.keys(KUSTOMIZATIONS)) {
     assert.deepEqual((find(rs, 'HorizontalPodAutoscaler')['spec'] as { scaleTargetRef: unknown }).scaleTargetRef, { apiVersion: 'apps/v1', kind: 'Deployment', name: 'edge' });
   });
 
-  test(`kubernetes (${name}) – NetworkPolicy: only Envoy's port from anywhere, metrics from monitoring only; egress to Redis/Sentinel, the backend port and DNS`, () => {
+  test(`kubernetes (${name}) – NetworkPolicy: only Envoy's client port from anywhere, its ingest port from the feed pipeline's pods only, metrics from monitoring only; egress to Redis/Sentinel, the backend port and DNS`, () => {
     const rs = build(name);
     const config = loadConfig(settingsOf(rs));
-    const np = find(rs, 'NetworkPolicy')['spec'] as { policyTypes: string[]; ingress: { from?: unknown[]; ports: { port: number }[] }[]; egress: { ports: { port: number }[] }[] };
+    const np = find(rs, 'NetworkPolicy')['spec'] as { policyTypes: string[]; ingress: { from?: Record<string, unknown>[]; ports: { port: number }[] }[]; egress: { ports: { port: number }[] }[] };
     assert.deepEqual(np.policyTypes, ['Ingress', 'Egress']);
     const open = np.ingress.filter((r) => r.from === undefined).flatMap((r) => r.ports.map((p) => p.port));
     assert.deepEqual(open, [config.edgePort]);
     const restricted = np.ingress.filter((r) => r.from !== undefined).flatMap((r) => r.ports.map((p) => p.port));
-    assert.deepEqual(restricted, [config.authzAdminPort]);
+    assert.deepEqual(restricted, [config.ingestPort, config.authzAdminPort]);
+    const ingestFrom = np.ingress.find((r) => r.ports.some((p) => p.port === config.ingestPort))?.from;
+    assert.deepEqual(ingestFrom, [{ podSelector: { matchLabels: { 'app.kubernetes.io/name': 'feed-pipeline' } } }], 'the feed pipeline\'s pods, by label');
     for (const p of [config.authzGrpcPort, config.marketPort]) assert.ok(!open.includes(p) && !restricted.includes(p), `port ${p} must not be admitted`);
     const egress = np.egress.flatMap((r) => r.ports.map((p) => p.port));
     const redisPorts = (sentinelOptions(config.redisUrl!).sentinels ?? []).map((s) => Number((s as { port: number }).port));

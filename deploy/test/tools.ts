@@ -112,6 +112,8 @@ export interface ComposeService {
   stop_grace_period?: string;
   cap_drop?: string[];
   security_opt?: string[];
+  /** As written (`256m`) or in bytes, depending on the docker-compose version. */
+  mem_limit?: number | string;
 }
 
 export interface ComposeFile {

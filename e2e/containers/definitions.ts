@@ -100,6 +100,8 @@ export function stackEnv(input: ContainerStackInput): Record<string, string> {
     ...(input.geoipDb === undefined ? {} : { GEOIP_DB: `${PATHS.geoipDir}/${basename(input.geoipDb)}` }),
     LOG_LEVEL: 'info',
     SHUTDOWN_GRACE_MS: '200',
+    // A scenario's ingest listener (INGEST_PORT) must be reachable from the host through the published port.
+    ...(input.env?.['INGEST_PORT'] === undefined ? {} : { INGEST_BIND_ADDRESS: '0.0.0.0' }),
     ...input.env,
   };
 }
@@ -131,7 +133,7 @@ export function containerDefinitions(input: ContainerStackInput): ContainerDef[]
       // own `envoy` user when that owner is root.
       name: 'envoy', image: images.envoy, user, env: { ENVOY_UID: String(input.uid) },
       command: ['envoy', '-c', `${PATHS.envoyConfig}/envoy.yaml`, '--disable-hot-restart', '--log-level', 'warning'],
-      exposedPorts: [PORTS.edge],
+      exposedPorts: [PORTS.edge, ...(env['INGEST_PORT'] === undefined ? [] : [Number(env['INGEST_PORT'])])],
       // Directories, not files: a client certificate rotated on the host (..data swap) reaches Envoy.
       binds: [[input.envoyConfigDir, PATHS.envoyConfig], [input.pkiDir, PATHS.pki]],
       // Through Envoy and authz: 200, or 451 when the settings leave the test client's address

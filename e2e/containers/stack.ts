@@ -178,6 +178,7 @@ export async function startContainerStack(opts: StackOptions = {}): Promise<Stac
   const stack: Stack = {
     dir, env, pki, hmacKey, feedPrivateKey: feed.privateKey, backend,
     edgeUrl: `http://${envoy.getHost()}:${envoy.getMappedPort(PORTS.edge)}`,
+    ingestUrl: `http://${envoy.getHost()}:${envoy.getMappedPort(env['INGEST_PORT'] === undefined ? PORTS.edge : Number(env['INGEST_PORT']))}`,
     envoyAdmin: envoyAdmin.url,
     authzAdmin: authzAdmin.url,
     redis: {
@@ -214,6 +215,11 @@ export async function startContainerStack(opts: StackOptions = {}): Promise<Stac
       const ids = [get('envoy')().getId(), get('authz')().getId()];
       const r = spawnSync(dockerCli(), ['inspect', '--format', '{{.State.Pid}}', ...ids], { encoding: 'utf8', timeout: 30_000 });
       return (r.stdout ?? '').split('\n').map(Number).filter((pid) => pid > 0);
+    },
+    envoyPid: () => {
+      const r = spawnSync(dockerCli(), ['inspect', '--format', '{{.State.Pid}}', get('envoy')().getId()], { encoding: 'utf8', timeout: 30_000 });
+      const pid = Number((r.stdout ?? '').trim());
+      return pid > 0 ? pid : undefined;
     },
     async stop() {
       // A container may have exited on its own (a sealed service exits after its grace): stopping

@@ -29,10 +29,11 @@ export interface Reply {
   json(): Record<string, unknown>;
 }
 
-export async function request(stack: Stack, method: string, path: string, opts: { ip?: string; body?: Buffer | string; headers?: Record<string, string> } = {}): Promise<Reply> {
+/** `baseUrl`: another listener of the stack (stack.ingestUrl); default the public one, stack.edgeUrl. */
+export async function request(stack: Stack, method: string, path: string, opts: { ip?: string; body?: Buffer | string; headers?: Record<string, string>; baseUrl?: string } = {}): Promise<Reply> {
   const headers: Record<string, string> = { 'x-forwarded-for': opts.ip ?? allowedIp(), ...opts.headers };
   const body = opts.body === undefined ? undefined : typeof opts.body === 'string' ? opts.body : new Uint8Array(opts.body);
-  const res = await fetch(`${stack.edgeUrl}${path}`, { method, headers, body });
+  const res = await fetch(`${opts.baseUrl ?? stack.edgeUrl}${path}`, { method, headers, body });
   const text = await res.text();
   // Every response through Envoy must match the published contract.
   validateResponse(method, path, res.status, res.headers.get('content-type'), text);
@@ -44,10 +45,11 @@ export function signed(stack: Stack, doc: Buffer, conditionId: string): { body: 
   return signedIngest(doc, conditionId, stack.hmacKey, stack.feedPrivateKey);
 }
 
+/** A signed ingest, sent where the stack serves ingest: its ingest listener (INGEST_PORT), else the public one. */
 export function ingest(stack: Stack, conditionId: string, seq: number, extra: Record<string, unknown> = {}, ip?: string): Promise<Reply> {
   const base = JSON.parse(demoDocument(conditionId, seq).toString()) as Record<string, unknown>;
   const s = signed(stack, Buffer.from(JSON.stringify({ ...base, ...extra })), conditionId);
-  return request(stack, 'POST', '/internal/ingest/market', { body: s.body, headers: s.headers, ...(ip === undefined ? {} : { ip }) });
+  return request(stack, 'POST', '/internal/ingest/market', { body: s.body, headers: s.headers, baseUrl: stack.ingestUrl ?? stack.edgeUrl, ...(ip === undefined ? {} : { ip }) });
 }
 
 export function orderBody(marketId: string, payload: Buffer, extra: Record<string, unknown> = {}): string {

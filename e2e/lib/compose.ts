@@ -190,6 +190,8 @@ export interface ComposeProject {
   /** The project directory: compose-setup.ts `--out` (secrets, PKI, GeoIP dir, .env). */
   readonly dir: string;
   readonly edgeUrl: string;
+  /** Envoy's ingest listener (INGEST_PORT), published on its own free port. */
+  readonly ingestUrl: string;
   readonly subnet: string;
   /** What compose was given for the file's variables. */
   readonly vars: Readonly<Record<string, string>>;
@@ -227,11 +229,13 @@ export async function composeProject(opts: ComposeProjectOptions = {}): Promise<
   const dir = mkdtempSync(join(tmpdir(), 'edge-compose-e2e-'));
   chmodSync(dir, 0o755);
   const port = await freePort();
+  const ingestPort = await freePort();
   const images = imageEnv();
   let subnet = await freeSubnet();
   const vars: Record<string, string> = {
     ...images,
     EDGE_PUBLISH: `127.0.0.1:${port}`,
+    INGEST_PUBLISH: `127.0.0.1:${ingestPort}`,
     EDGE_SUBNET: subnet,
     ...opts.vars,
   };
@@ -246,6 +250,7 @@ export async function composeProject(opts: ComposeProjectOptions = {}): Promise<
     name,
     dir,
     edgeUrl: `http://127.0.0.1:${port}`,
+    ingestUrl: `http://127.0.0.1:${ingestPort}`,
     get subnet() { return subnet; },
     get vars() { return vars; },
     env,

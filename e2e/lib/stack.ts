@@ -44,6 +44,8 @@ export interface StackOptions {
 export interface Stack {
   readonly dir: string;
   readonly edgeUrl: string;
+  /** The ingest listener's URL (INGEST_PORT); edgeUrl when ingest is served there (no INGEST_PORT). */
+  readonly ingestUrl: string;
   readonly env: Record<string, string>;
   readonly pki: DevPki;
   /** The backend currently listening (replaced by swapBackend). */
@@ -52,6 +54,8 @@ export interface Stack {
   swapBackend(kind: 'good' | 'rogue' | 'down'): Promise<void>;
   /** PIDs of the processes the stack started (for the no-process-left-behind check). */
   pids(): number[];
+  /** Envoy's pid (its /proc/<pid>/status for its resident memory); undefined when it is not running. */
+  envoyPid(): number | undefined;
   /** The stack's private redis-server (with `redisUrl`: a stand-in whose stop and resume throw). */
   readonly redis: PrivateRedis;
   readonly hmacKey: Buffer;
@@ -162,11 +166,12 @@ export async function startStack(opts: StackOptions = {}): Promise<Stack> {
   started.envoy = envoy;
   pipe('envoy', envoy);
   const edgeUrl = `http://127.0.0.1:${edgePort}`;
+  const ingestUrl = config.ingestPort === undefined ? edgeUrl : `http://127.0.0.1:${config.ingestPort}`;
   // Through Envoy and authz: 200, or 451 where the loopback peer is not in GEO_TRUSTED_CIDRS.
   await waitFor(async () => [200, 451].includes((await fetch(`${edgeUrl}/healthz`)).status), 20_000, 'Envoy /healthz answered by authz').catch(abandon);
 
   const stack: Stack = {
-    dir, edgeUrl, env, pki, redis, hmacKey,
+    dir, edgeUrl, ingestUrl, env, pki, redis, hmacKey,
     backend,
     async swapBackend(kind) {
       await backend?.close();
@@ -182,6 +187,7 @@ export async function startStack(opts: StackOptions = {}): Promise<Stack> {
       stack.backend = backend;
     },
     pids: () => [envoy.pid, authz?.pid].filter((p): p is number => p !== undefined),
+    envoyPid: () => (envoy.exitCode === null && envoy.signalCode === null ? envoy.pid : undefined),
     feedPrivateKey: feed.privateKey,
     envoyAdmin: `http://127.0.0.1:${envoyAdminPort}`,
     authzAdmin: `http://127.0.0.1:${adminPort}`,

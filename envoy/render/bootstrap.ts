@@ -1,10 +1,10 @@
 /**
- * The bootstrap: node, admin, overload manager, and the static listener and clusters.
+ * The bootstrap: node, admin, overload manager, and the static listeners and clusters.
  */
-import type { Config } from '../../authz/src/common/config.ts';
+import { ENVOY_NON_HEAP_MB, type Config } from '../../authz/src/common/config.ts';
 import { clusters } from './clusters.ts';
 import { socketAddress, typedExtension, type JsonObject, type RenderOptions } from './common.ts';
-import { listener } from './listener.ts';
+import { ingestListener, listener } from './listener.ts';
 import { TYPE_URL } from './names.ts';
 
 /**
@@ -17,22 +17,79 @@ import { TYPE_URL } from './names.ts';
  * 1) the edge sees the balancer's few pooled connections, not the clients'.
  */
 export const MAX_DOWNSTREAM_CONNECTIONS = 5_000;
+const MIB = 1_048_576;
+
+/** The resource monitor the memory actions read: heap in use against ENVOY_MEMORY_LIMIT_MB minus ENVOY_NON_HEAP_MB. */
+export const FIXED_HEAP_MONITOR = 'envoy.resource_monitors.fixed_heap';
+
+/**
+ * Heap pressure (heap in use / max heap) at which each memory action acts:
+ * - shrink_heap: from 0.90, tcmalloc returns free pages to the system (after a burst, Envoy's RSS
+ *   otherwise stays at its peak: measured 623 MB with 7 MB allocated, docs/reliability.md);
+ * - reset_high_memory_stream: from 0.85 (scaled to 0.95), Envoy resets the streams that hold the
+ *   most buffered bytes, largest first (buffer accounting: BUFFER_ACCOUNT_MIN_POWER_OF_TWO);
+ * - stop_accepting_requests: from 0.95, new requests are answered 503 (service_unavailable).
+ */
+export const MEMORY_ACTIONS = {
+  shrinkHeap: 0.9,
+  resetStreams: { scaling: 0.85, saturation: 0.95 },
+  stopAccepting: 0.95,
+} as const;
+
+/**
+ * Streams are accounted for the bytes they buffer from 2^16 = 64 KiB up (Envoy's eight buckets:
+ * 64 KiB … ≥ 8 MiB): an ingest or a full-size order body is tracked, so reset_high_memory_stream
+ * can pick it; a read's few KiB are not.
+ */
+export const BUFFER_ACCOUNT_MIN_POWER_OF_TWO = 16;
+
+/** The heap Envoy may use: the container's memory (ENVOY_MEMORY_LIMIT_MB) less what is not heap. */
+export function maxHeapBytes(config: Config): number {
+  return (config.envoyMemoryLimitMb - ENVOY_NON_HEAP_MB) * MIB;
+}
+
+/**
+ * The overload manager: the cap on downstream connections, and memory actions against a fixed
+ * heap bound, so that what clients make Envoy buffer ends in refused requests and reset streams,
+ * never in the kernel's OOM kill of the container (docs/envoy.md "Bodies and memory").
+ */
+export function overloadManager(config: Config, opts: RenderOptions): JsonObject {
+  const threshold = (value: number): JsonObject => ({ name: FIXED_HEAP_MONITOR, threshold: { value } });
+  return {
+    refresh_interval: '0.25s',
+    resource_monitors: [
+      typedExtension('envoy.resource_monitors.global_downstream_max_connections', TYPE_URL.connLimit, {
+        max_active_downstream_connections: opts.maxDownstreamConnections ?? MAX_DOWNSTREAM_CONNECTIONS,
+      }),
+      typedExtension(FIXED_HEAP_MONITOR, TYPE_URL.fixedHeap, { max_heap_size_bytes: maxHeapBytes(config) }),
+    ],
+    actions: [
+      { name: 'envoy.overload_actions.shrink_heap', triggers: [threshold(MEMORY_ACTIONS.shrinkHeap)] },
+      {
+        name: 'envoy.overload_actions.reset_high_memory_stream',
+        triggers: [{
+          name: FIXED_HEAP_MONITOR,
+          scaled: { scaling_threshold: MEMORY_ACTIONS.resetStreams.scaling, saturation_threshold: MEMORY_ACTIONS.resetStreams.saturation },
+        }],
+      },
+      { name: 'envoy.overload_actions.stop_accepting_requests', triggers: [threshold(MEMORY_ACTIONS.stopAccepting)] },
+    ],
+    buffer_factory_config: { minimum_account_to_track_power_of_two: BUFFER_ACCOUNT_MIN_POWER_OF_TWO },
+  };
+}
 
 /** The whole bootstrap as a plain object (what the YAML encodes). */
 export function buildBootstrap(config: Config, opts: RenderOptions): JsonObject {
+  const ingest = ingestListener(config, opts);
   return {
     // Path-based SDS refuses to start without a node id and cluster.
     node: { id: opts.nodeId ?? 'edge-envoy', cluster: 'edge-trading-proxy' },
     // Admin (loopback) stays reachable when clients hold every connection the cap allows: /ready
     // probes and /stats during a flood.
     admin: { address: socketAddress('127.0.0.1', config.envoyAdminPort), ignore_global_conn_limit: true },
-    overload_manager: {
-      resource_monitors: [typedExtension('envoy.resource_monitors.global_downstream_max_connections', TYPE_URL.connLimit, {
-        max_active_downstream_connections: opts.maxDownstreamConnections ?? MAX_DOWNSTREAM_CONNECTIONS,
-      })],
-    },
+    overload_manager: overloadManager(config, opts),
     static_resources: {
-      listeners: [listener(config, opts)],
+      listeners: [listener(config, opts), ...(ingest === undefined ? [] : [ingest])],
       clusters: clusters(config, opts),
     },
   };

@@ -1,6 +1,6 @@
 /**
- * The two ext_authz filters (the ingest's header phase, then the full check) and the per-route
- * check settings they read.
+ * The two ext_authz filters (the header phase of ingests and orders, then the full check) and the
+ * per-route check settings they read.
  */
 import type { Config } from '../../authz/src/common/config.ts';
 import { CONTEXT_EXTENSION, GLOBAL_LIMIT_IN_CHECK, HEADER_PHASE, type RouteKind } from '../../authz/src/common/contract.ts';
@@ -39,20 +39,24 @@ export function extAuthzFilter(config: Config, opts: RenderOptions): TypedExtens
 }
 
 /**
- * The ingest's header phase: a second ext_authz filter, disabled in the chain and enabled on the
- * ingest route, that asks authz before any body is buffered (context_extensions `phase:
- * headers`). What the headers alone decide (missing or malformed signature headers, a timestamp
- * outside the window) is answered then, so such a request never has up to INGEST_MAX_BYTES
- * buffered by Envoy and shipped to authz. The body phase that follows runs the whole policy.
+ * The header phase: a second ext_authz filter, disabled in the chain and enabled on the routes
+ * that buffer a body (ingest, orders), that asks authz before any body is buffered
+ * (context_extensions `phase: headers`). Everything that does not need the body is decided then:
+ * geo (a blocked client's order or ingest is 451 before Envoy holds its body), the anonymizer
+ * rule, the global rate limit when the Check takes it, and for an ingest the signature headers,
+ * the timestamp window and the bound on pending ingest bodies per client address
+ * (INGEST_MAX_PENDING_PER_CLIENT). So a request refused on its headers never has up to
+ * INGEST_MAX_BYTES (ORDER_MAX_BYTES) buffered by Envoy and shipped to authz. The body phase that
+ * follows runs the whole policy again (geo included: it is synchronous), without the bucket.
  */
-export const INGEST_HEADER_PHASE = { [CONTEXT_EXTENSION.phase]: HEADER_PHASE } as const;
+export const HEADER_PHASE_CONTEXT = { [CONTEXT_EXTENSION.phase]: HEADER_PHASE } as const;
 
-export function ingestHeadersFilter(config: Config, opts: RenderOptions): TypedExtension {
+export function headerPhaseFilter(config: Config, opts: RenderOptions): TypedExtension {
   return {
-    name: FILTER.ingestHeaders,
+    name: FILTER.headerPhase,
     disabled: true,
     // No with_request_body: this phase never waits for the body.
-    typed_config: typedConfig(TYPE_URL.extAuthz, { ...extAuthzCommon(config, opts), stat_prefix: 'ingest_headers' }),
+    typed_config: typedConfig(TYPE_URL.extAuthz, { ...extAuthzCommon(config, opts), stat_prefix: 'header_phase' }),
   };
 }
 
@@ -60,7 +64,9 @@ export function ingestHeadersFilter(config: Config, opts: RenderOptions): TypedE
  * The ext_authz filter's per-route config: the route's body rule and its kind; with `globalLimit`
  * (a route with an upstream, the TS service the global limiter) the mark that makes its Check
  * take the global bucket (authz/src/ratelimit/check-limit.ts). Routes Envoy answers itself stay
- * under the local limit only, as with the ratelimit filter (which skips them).
+ * under the local limit only, as with the ratelimit filter (which skips them). On the routes with
+ * a header phase the mark goes to that phase instead (headerPhasePerRoute): one token per request,
+ * taken before the body is buffered.
  */
 export function authzPerRoute(kind: RouteKind, config: Config, globalLimit = false): TypedConfig {
   const checkSettings = kind === 'read' || kind === 'geoblock'
@@ -77,9 +83,20 @@ export function authzPerRoute(kind: RouteKind, config: Config, globalLimit = fal
   });
 }
 
-/** The header-phase filter's per-route config, which enables it on the ingest route. */
-export function ingestHeadersPerRoute(): TypedConfig {
+/** The routes with a header phase: those whose body authz reads. */
+export type BodyRouteKind = Extract<RouteKind, 'ingest' | 'order'>;
+
+/**
+ * The header-phase filter's per-route config, which enables it on an ingest or orders route; with
+ * `globalLimit` its Check takes the global bucket (the body phase's does not).
+ */
+export function headerPhasePerRoute(kind: BodyRouteKind, globalLimit = false): TypedConfig {
   return typedConfig(TYPE_URL.extAuthzPerRoute, {
-    check_settings: { disable_request_body_buffering: true, context_extensions: { [CONTEXT_EXTENSION.route]: 'ingest', ...INGEST_HEADER_PHASE } },
+    check_settings: {
+      disable_request_body_buffering: true,
+      context_extensions: {
+        [CONTEXT_EXTENSION.route]: kind, ...HEADER_PHASE_CONTEXT, ...(globalLimit ? { [CONTEXT_EXTENSION.rateLimit]: GLOBAL_LIMIT_IN_CHECK } : {}),
+      },
+    },
   });
 }

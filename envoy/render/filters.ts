@@ -5,15 +5,15 @@
 import type { Config } from '../../authz/src/common/config.ts';
 import { headerMutationFilter, xffGuardFilter } from './client-address.ts';
 import { typedExtension, type RenderOptions, type TypedExtension } from './common.ts';
-import { extAuthzFilter, ingestHeadersFilter } from './ext-authz.ts';
+import { extAuthzFilter, headerPhaseFilter } from './ext-authz.ts';
 import { bodyBufferFilter, globalLimitFilter, globalRateLimitFilter } from './global-rate-limit.ts';
 import { FILTER, TYPE_URL } from './names.ts';
 import { orderBodyFilter } from './order-body.ts';
 import { rateLimitFilter } from './rate-limit.ts';
 
 /**
- * header_mutation → local_ratelimit → XFF guard (trusted hops only) → ext_authz ingest header
- * phase (disabled; the ingest route enables it) → [RATELIMIT_SERVICE_ADDRESS: body buffer
+ * header_mutation → local_ratelimit → XFF guard (trusted hops only) → ext_authz header phase
+ * (disabled; the ingest and orders routes enable it) → [RATELIMIT_SERVICE_ADDRESS: body buffer
  * (disabled; orders and ingest enable it) → ratelimit] → ext_authz (with the TS service as the
  * global limiter, its Check takes the global bucket) → order-body Lua (disabled; the orders route
  * enables it) → router.
@@ -26,7 +26,8 @@ export function httpFilters(config: Config, opts: RenderOptions): TypedExtension
     // peer) a token like any request (client-address.ts xffGuardFilter).
     rateLimitFilter(config),
     ...(config.xffNumTrustedHops > 0 ? [xffGuardFilter()] : []),
-    ingestHeadersFilter(config, opts),
+    // Before anything that buffers a body: geo, the global bucket and the ingest's headers are decided first.
+    headerPhaseFilter(config, opts),
     // The global limit after the local one (a burst on this replica never costs a round trip), and
     // after a body is whole (global-rate-limit.ts bodyBufferFilter: 413 before anything waits).
     ...(globalLimitFilter(config) ? [bodyBufferFilter(config), globalRateLimitFilter(config)] : []),

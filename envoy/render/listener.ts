@@ -8,13 +8,16 @@ import { accessLog } from './access-log.ts';
 import { duration, overwriteHeader, socketAddress, typedExtension, type JsonObject, type RenderOptions, type TypedExtension } from './common.ts';
 import { httpFilters } from './filters.ts';
 import { localReplyConfig } from './local-replies.ts';
-import { CLIENT_IP_HEADER, CLIENT_PORT_HEADER, FILTER, TYPE_URL } from './names.ts';
+import { CLIENT_IP_HEADER, CLIENT_PORT_HEADER, FILTER, LISTENER, TYPE_URL, type ListenerName } from './names.ts';
 import { routes, STREAM_IDLE_TIMEOUT_MS } from './routes.ts';
 
-/** The HttpConnectionManager with its filter chain, routes and local replies. */
-export function httpConnectionManager(config: Config, opts: RenderOptions): TypedExtension {
+/**
+ * The HttpConnectionManager with its filter chain, routes and local replies: the same for both
+ * listeners but for the route table (routes.ts) and the names (stat prefix, route configuration).
+ */
+export function httpConnectionManager(config: Config, opts: RenderOptions, name: ListenerName = LISTENER.edge): TypedExtension {
   return typedExtension(FILTER.hcm, TYPE_URL.hcm, {
-    stat_prefix: 'edge',
+    stat_prefix: name,
     codec_type: 'AUTO',
     // The client address is the TCP peer, or the XFF entry XFF_NUM_TRUSTED_HOPS from the right.
     use_remote_address: true,
@@ -40,7 +43,13 @@ export function httpConnectionManager(config: Config, opts: RenderOptions): Type
     server_header_transformation: 'OVERWRITE',
     server_name: 'edge',
     request_headers_timeout: '10s',
-    request_timeout: '60s',
+    // The whole request, body included, must arrive and be decided within REQUEST_BODY_TIMEOUT_MS,
+    // else 408 (docs/envoy.md "Bodies and memory"). Not a route's max_stream_duration: that also
+    // counts the upstream's answer, so on the orders route it would have to outlast
+    // ORDER_BACKEND_TIMEOUT_MS or turn a slow backend's 504 into a 408; this timer stops once the
+    // request has passed every decoder filter (or the answer started). Not an idle timeout: a body
+    // trickled one byte a second never goes idle.
+    request_timeout: duration(config.requestBodyTimeoutMs),
     stream_idle_timeout: duration(STREAM_IDLE_TIMEOUT_MS),
     drain_timeout: '5s',
     common_http_protocol_options: {
@@ -55,11 +64,11 @@ export function httpConnectionManager(config: Config, opts: RenderOptions): Type
     access_log: [accessLog(opts.accessLogPath)],
     local_reply_config: localReplyConfig(config),
     route_config: {
-      name: 'edge',
+      name,
       virtual_hosts: [{
-        name: 'edge',
+        name,
         domains: ['*'],
-        routes: routes(config),
+        routes: routes(config, name),
         // Upstreams see the edge's view of the client only: one X-Forwarded-For entry, the address
         // geo and the rate limit used (CONTRACT §5); no client-chosen entries.
         request_headers_to_add: [overwriteHeader('x-forwarded-for', `%REQ(${CLIENT_IP_HEADER})%`)],
@@ -95,10 +104,10 @@ export function firstRequestDeadline(): JsonObject {
   };
 }
 
-/** The one listener: plaintext HTTP/1.1 and HTTP/2 on EDGE_PORT. */
+/** The public listener: plaintext HTTP/1.1 and HTTP/2 on EDGE_PORT. */
 export function listener(config: Config, opts: RenderOptions): JsonObject {
   return {
-    name: 'edge',
+    name: LISTENER.edge,
     // listener.edge.* whatever the port (downstream_pre_cx_timeout, downstream_global_cx_overflow).
     stat_prefix: 'edge',
     address: socketAddress('0.0.0.0', config.edgePort),
@@ -106,5 +115,21 @@ export function listener(config: Config, opts: RenderOptions): JsonObject {
     per_connection_buffer_limit_bytes: 32_768,
     ...firstRequestDeadline(),
     filter_chains: [{ filters: [httpConnectionManager(config, opts)] }],
+  };
+}
+
+/**
+ * The ingest listener (INGEST_PORT on INGEST_BIND_ADDRESS): the same filters, rules and limits as
+ * the public one, the ingest routes only. Undefined without INGEST_PORT.
+ */
+export function ingestListener(config: Config, opts: RenderOptions): JsonObject | undefined {
+  if (config.ingestPort === undefined) return undefined;
+  return {
+    name: LISTENER.ingest,
+    stat_prefix: LISTENER.ingest,
+    address: socketAddress(config.ingestBindAddress, config.ingestPort),
+    per_connection_buffer_limit_bytes: 32_768,
+    ...firstRequestDeadline(),
+    filter_chains: [{ filters: [httpConnectionManager(config, opts, LISTENER.ingest)] }],
   };
 }

@@ -23,13 +23,26 @@ export const BACKEND_ORDERS_PATH = '/orders';
 
 // ─── Resources ─────────────────────────────────────────────────────────────────────────────
 
+/**
+ * The listeners: `edge` (EDGE_PORT, every route) and, with INGEST_PORT, `ingest` (the ingest route
+ * only). Each name is also its HttpConnectionManager's stat prefix (`http.<name>.…`) and route
+ * configuration's name.
+ */
+export const LISTENER = { edge: 'edge', ingest: 'ingest' } as const;
+export type ListenerName = (typeof LISTENER)[keyof typeof LISTENER];
+
 export const CLUSTER = { authz: 'authz', market: 'market', orderBackend: 'order_backend', rateLimit: 'ratelimit' } as const;
 export type ClusterName = (typeof CLUSTER)[keyof typeof CLUSTER];
 
 export const ROUTE = {
+  /** A POST to a body route whose content-length is over the route's limit: 413 before the body is read. */
+  ingestTooLarge: 'ingest_payload_too_large',
   ingest: 'ingest',
   ingestMethod: 'ingest_method_not_allowed',
+  /** The ingest listener (INGEST_PORT): anything but the ingest path. */
+  ingestListenerNotFound: 'ingest_listener_not_found',
   internal: 'internal_not_found',
+  ordersTooLarge: 'orders_payload_too_large',
   orders: 'orders',
   ordersNoBackend: 'orders_no_backend',
   ordersMethod: 'orders_method_not_allowed',
@@ -53,8 +66,11 @@ export const FILTER = {
   headerMutation: 'envoy.filters.http.header_mutation',
   xffGuard: 'envoy.filters.http.rbac',
   extAuthz: 'envoy.filters.http.ext_authz',
-  /** A second ext_authz filter, enabled on the ingest route only: the header phase (no body). */
-  ingestHeaders: 'edge.ext_authz.ingest_headers',
+  /**
+   * A second ext_authz filter, enabled on the ingest and orders routes only: the header phase
+   * (geo, the global rate limit, what the headers decide) before any body is buffered.
+   */
+  headerPhase: 'edge.ext_authz.header_phase',
   lua: 'envoy.filters.http.lua',
   router: 'envoy.filters.http.router',
 } as const;
@@ -93,5 +109,6 @@ export const TYPE_URL = {
   secret: 'type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.Secret',
   connLimit: 'type.googleapis.com/envoy.extensions.resource_monitors.downstream_connections.v3.DownstreamConnectionsConfig',
   httpInspector: 'type.googleapis.com/envoy.extensions.filters.listener.http_inspector.v3.HttpInspector',
+  fixedHeap: 'type.googleapis.com/envoy.extensions.resource_monitors.fixed_heap.v3.FixedHeapConfig',
 } as const;
 export type TypeUrl = (typeof TYPE_URL)[keyof typeof TYPE_URL];

@@ -57,20 +57,27 @@ const REDIS = 'redis://127.0.0.1:6379/0';
 const markOf = (per: Obj, filter: string): unknown => (per[filter] === undefined ? undefined : (at(per[filter], 'check_settings.context_extensions') as Obj)['rate_limit']);
 
 describe('rendered: RATE_LIMIT_SCOPE', () => {
-  test('global (the default with REDIS_URL): no ratelimit filter, no rate limit cluster; the Check of every route with an upstream takes the bucket, never the ingest header phase or a route Envoy answers itself', () => {
+  test('global (the default with REDIS_URL): no ratelimit filter, no rate limit cluster; one Check of every route with an upstream takes the bucket (an ingest\'s or order\'s header phase, before its body), never a route Envoy answers itself', () => {
     const { bootstrap, file } = render({ REDIS_URL: REDIS, XFF_NUM_TRUSTED_HOPS: '1', AUTHZ_GRPC_PORT: '9300' });
-    assert.deepEqual(filterNames(bootstrap), [FILTER.headerMutation, FILTER.rateLimit, FILTER.xffGuard, FILTER.ingestHeaders,
+    assert.deepEqual(filterNames(bootstrap), [FILTER.headerMutation, FILTER.rateLimit, FILTER.xffGuard, FILTER.headerPhase,
       FILTER.extAuthz, FILTER.lua, FILTER.router]);
     assert.equal(clusterNamed(bootstrap, CLUSTER.rateLimit), undefined);
     const routes = at(bootstrap, 'static_resources.listeners[0].filter_chains[0].filters[0].typed_config.route_config.virtual_hosts[0].routes') as Obj[];
     const marks = routes.map((r) => {
       const per = r['typed_per_filter_config'] as Obj;
-      return [r['name'], markOf(per, FILTER.extAuthz), markOf(per, FILTER.ingestHeaders)];
+      return [r['name'], markOf(per, FILTER.extAuthz), markOf(per, FILTER.headerPhase)];
     });
     assert.deepEqual(marks, [
-      ['ingest', 'global', undefined], ['ingest_method_not_allowed', undefined, undefined], ['internal_not_found', undefined, undefined],
-      ['orders_no_backend', undefined, undefined], ['orders_method_not_allowed', undefined, undefined], ['geoblock', 'global', undefined], ['read', 'global', undefined],
+      ['ingest_payload_too_large', undefined, undefined], ['ingest', undefined, 'global'], ['ingest_method_not_allowed', undefined, undefined],
+      ['internal_not_found', undefined, undefined], ['orders_payload_too_large', undefined, undefined], ['orders_no_backend', undefined, undefined], ['orders_method_not_allowed', undefined, undefined], ['geoblock', 'global', undefined], ['read', 'global', undefined],
     ]);
+    // With an order backend the orders route has an upstream: its header phase takes the bucket.
+    const withBackend = render({
+      REDIS_URL: REDIS, ORDER_BACKEND_URL: 'https://orders.example:9443', ORDER_BACKEND_CA_FILE: '/x/ca.pem', EDGE_CLIENT_CERT_FILE: '/x/c.crt', EDGE_CLIENT_KEY_FILE: '/x/c.key',
+    }).bootstrap;
+    const orders = (at(withBackend, 'static_resources.listeners[0].filter_chains[0].filters[0].typed_config.route_config.virtual_hosts[0].routes') as Obj[])
+      .find((r) => r['name'] === 'orders')!['typed_per_filter_config'] as Obj;
+    assert.deepEqual([markOf(orders, FILTER.extAuthz), markOf(orders, FILTER.headerPhase)], [undefined, 'global']);
     assert.ok(routes.every((r) => (r['typed_per_filter_config'] as Obj)[FILTER.bodyBuffer] === undefined), 'nothing waits before ext_authz: no body buffer');
     // The local stage writes its headers on its own 429s only (values as Envoy's own for a 1-s fill);
     // the Check writes the global budget's.
@@ -85,7 +92,7 @@ describe('rendered: RATE_LIMIT_SCOPE', () => {
 
   test('RATELIMIT_SERVICE_ADDRESS: ratelimit filter after the local bucket (and the XFF guard), same descriptors, fail open within 100 ms, bodies buffered first, no Check takes a bucket', () => {
     const { bootstrap, file } = render({ REDIS_URL: REDIS, XFF_NUM_TRUSTED_HOPS: '1', RATELIMIT_SERVICE_ADDRESS: '127.0.0.1:8081' });
-    assert.deepEqual(filterNames(bootstrap), [FILTER.headerMutation, FILTER.rateLimit, FILTER.xffGuard, FILTER.ingestHeaders,
+    assert.deepEqual(filterNames(bootstrap), [FILTER.headerMutation, FILTER.rateLimit, FILTER.xffGuard, FILTER.headerPhase,
       FILTER.bodyBuffer, FILTER.globalRateLimit, FILTER.extAuthz, FILTER.lua, FILTER.router]);
     // Bodies are whole before the service is asked: the buffer filter, off in the chain, on for the
     // ingest and orders routes with their limits (a body over it is 413 before anything waits).
@@ -287,7 +294,7 @@ describe('live Envoy 1.40: the global rate limit', { skip: envoyAvailable ? fals
     assert.equal(await rateLimited(), before + 2, 'not asked');
   });
 
-  test('an order body over ORDER_MAX_BYTES is 413 at once, before the bucket or authz is asked (even to a client that sends its whole body before reading)', async () => {
+  test('an order body declared over ORDER_MAX_BYTES is 413 at once (even to a client that sends its whole body before reading): no token taken, authz asked for geo only, never with the body', async () => {
     const before = (await metrics.registry.getSingleMetric('edge_ratelimit_decisions_total')?.get())?.values.reduce((n, v) => n + v.value, 0);
     const checksBefore = checks;
     const r = await fetch(`http://127.0.0.1:${b.edgePort}/v1/orders`, {
@@ -295,8 +302,8 @@ describe('live Envoy 1.40: the global rate limit', { skip: envoyAvailable ? fals
     });
     assert.deepEqual([r.status, ((await r.json()) as Obj)['error']], [413, 'payload_too_large']);
     const after = (await metrics.registry.getSingleMetric('edge_ratelimit_decisions_total')?.get())?.values.reduce((n, v) => n + v.value, 0);
-    assert.equal(after, before, 'the bucket was not taken');
-    assert.equal(checks, checksBefore, 'authz was not asked');
+    assert.equal(after, before, 'the bucket was not taken (Envoy answers the route itself)');
+    assert.equal(checks, checksBefore + 1, 'one Check, geo only: no header phase, no body phase');
   });
 
   test('the service slower than its 100-ms timeout: the request passes after ~100 ms on the local limit; Envoy counts the error', async () => {

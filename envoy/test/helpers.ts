@@ -89,20 +89,27 @@ export function perFilter(route: unknown, filter: string): Record<string, unknow
   return v as Record<string, unknown>;
 }
 
-export function hcmOf(bootstrap: JsonObject): Record<string, unknown> {
-  return at(bootstrap, 'static_resources.listeners[0].filter_chains[0].filters[0].typed_config') as Record<string, unknown>;
+/** The listener named `name` (`edge`, the public one, by default; `ingest` with INGEST_PORT). */
+export function listenerNamed(bootstrap: JsonObject, name = 'edge'): Record<string, unknown> | undefined {
+  return (at(bootstrap, 'static_resources.listeners') as Record<string, unknown>[]).find((l) => l['name'] === name);
 }
 
-export function httpFilters(bootstrap: JsonObject): Record<string, unknown>[] {
-  return hcmOf(bootstrap)['http_filters'] as Record<string, unknown>[];
+export function hcmOf(bootstrap: JsonObject, listener = 'edge'): Record<string, unknown> {
+  const l = listenerNamed(bootstrap, listener);
+  if (l === undefined) throw new Error(`no listener ${listener}`);
+  return at(l, 'filter_chains[0].filters[0].typed_config') as Record<string, unknown>;
 }
 
-export function routesOf(bootstrap: JsonObject): Record<string, unknown>[] {
-  return at(hcmOf(bootstrap), 'route_config.virtual_hosts[0].routes') as Record<string, unknown>[];
+export function httpFilters(bootstrap: JsonObject, listener = 'edge'): Record<string, unknown>[] {
+  return hcmOf(bootstrap, listener)['http_filters'] as Record<string, unknown>[];
 }
 
-export function routeNamed(bootstrap: JsonObject, name: string): Record<string, unknown> {
-  const r = routesOf(bootstrap).find((x) => x['name'] === name);
+export function routesOf(bootstrap: JsonObject, listener = 'edge'): Record<string, unknown>[] {
+  return at(hcmOf(bootstrap, listener), 'route_config.virtual_hosts[0].routes') as Record<string, unknown>[];
+}
+
+export function routeNamed(bootstrap: JsonObject, name: string, listener = 'edge'): Record<string, unknown> {
+  const r = routesOf(bootstrap, listener).find((x) => x['name'] === name);
   if (r === undefined) throw new Error(`no route ${name}`);
   return r;
 }

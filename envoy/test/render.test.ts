@@ -25,14 +25,16 @@ import { createGrpcServer, type AuthzGrpcServer } from '../../authz/src/authz/gr
 import { envoyBinary, REPO_ROOT, validateBootstrap } from '../envoy-bin.ts';
 import { main as renderCli, BOOTSTRAP_FILE, SDS_FILE } from '../render-cli.ts';
 import {
-  AUTHZ_HEADERS, BAD_REQUEST_CODE, CLIENT_CERT_SECRET, CLIENT_IP_HEADER, CLIENT_PORT_HEADER, CLUSTER, FILTER, ORDER_BODY_FAILURE_PREFIX, orderBodyFailure, ORDER_BODY_LUA, ROUTE,
+  AUTHZ_HEADERS, BAD_REQUEST_CODE, CLIENT_CERT_SECRET, CLIENT_IP_HEADER, CLIENT_PORT_HEADER, CLUSTER, FILTER, LISTENER, ORDER_BODY_FAILURE_PREFIX, orderBodyFailure, ORDER_BODY_LUA, ROUTE,
   REQUEST_ID_FORMAT, XFF_POLICY, canonicalIp, duration, renderEnvoy, xffMessage, type JsonObject, type RenderOptions,
   FIRST_REQUEST_TIMEOUT_MS, MAX_DOWNSTREAM_CONNECTIONS, TYPE_URL,
 } from '../render.ts';
 import {
-  at, certPaths, clusterNamed, hcmOf, perFilter, httpFilters, makeCerts, request, routeNamed, routesOf, startBackendStub, startEnvoy,
+  at, certPaths, clusterNamed, hcmOf, perFilter, httpFilters, listenerNamed, makeCerts, request, routeNamed, routesOf, startBackendStub, startEnvoy,
   startMarketStub, tempDir, type BackendMode, type LiveEnvoy, type TestCerts, type Upstream,
 } from './helpers.ts';
+import { FIXED_HEAP_MONITOR } from '../render/bootstrap.ts';
+import { ENVOY_NON_HEAP_MB } from '../../authz/src/common/config.ts';
 
 const work = tempDir('edge-envoy-test-');
 after(() => work.cleanup());
@@ -69,6 +71,12 @@ const VARIANTS: Record<string, Variant> = {
     opts: { accessLogPath: join(work.dir, 'custom-access.log'), nodeId: 'edge-7' },
   },
   'allowedHeaders=all': { env: {}, opts: { allowedHeaders: 'all' } },
+  'INGEST_PORT (ingest on a listener of its own), body timeout and memory limit set': {
+    env: {
+      ...backendEnv('https://orders.internal.example:9443'),
+      INGEST_PORT: '18082', INGEST_BIND_ADDRESS: '0.0.0.0', REQUEST_BODY_TIMEOUT_MS: '3000', ENVOY_MEMORY_LIMIT_MB: '256',
+    },
+  },
 };
 
 function renderVariant(v: Variant, dir: string): { config: Config; opts: RenderOptions; bootstrap: JsonObject; sds: JsonObject | undefined; file: string } {
@@ -99,6 +107,11 @@ function findKeys(obj: unknown, key: string, out: unknown[] = []): unknown[] {
 
 type Obj = Record<string, unknown>;
 
+/** The names of the bootstrap's listeners, in order. */
+function listenerNames(bootstrap: JsonObject): string[] {
+  return (at(bootstrap, 'static_resources.listeners') as Obj[]).map((l) => String(l['name']));
+}
+
 // ─── Structure, for every variant ──────────────────────────────────────────────────────────
 
 for (const [name, variant] of Object.entries(VARIANTS)) {
@@ -122,10 +135,12 @@ for (const [name, variant] of Object.entries(VARIANTS)) {
       return f;
     };
 
-    test('filter order: header_mutation → rate limit → XFF guard (trusted hops only) → ingest header phase → ext_authz → order-body Lua → router', () => {
+    test('filter order: header_mutation → rate limit → XFF guard (trusted hops only) → header phase → ext_authz → order-body Lua → router, on every listener', () => {
       const guard = r.config.xffNumTrustedHops > 0 ? [FILTER.xffGuard] : [];
-      assert.deepEqual(httpFilters(r.bootstrap).map((f) => f['name']),
-        [FILTER.headerMutation, FILTER.rateLimit, ...guard, FILTER.ingestHeaders, FILTER.extAuthz, FILTER.lua, FILTER.router]);
+      for (const l of listenerNames(r.bootstrap)) {
+        assert.deepEqual(httpFilters(r.bootstrap, l).map((f) => f['name']),
+          [FILTER.headerMutation, FILTER.rateLimit, ...guard, FILTER.headerPhase, FILTER.extAuthz, FILTER.lua, FILTER.router], l);
+      }
     });
 
     test('listener: a connection that sends no request line within FIRST_REQUEST_TIMEOUT_MS is closed (http_inspector, no continue on timeout); connections capped, admin exempt', () => {
@@ -237,6 +252,9 @@ for (const [name, variant] of Object.entries(VARIANTS)) {
       // Empty cidr_ranges would mean "RFC1918 + loopback are internal" (trusted x-request-id, x-envoy-*).
       assert.deepEqual(hcm['internal_address_config'], { unix_sockets: false, cidr_ranges: [{ address_prefix: '0.0.0.0', prefix_len: 32 }] });
       for (const k of ['request_headers_timeout', 'stream_idle_timeout', 'request_timeout']) assert.match(String(hcm[k]), /^\d+s$/, k);
+      // The body timeout: the whole request, body included, within REQUEST_BODY_TIMEOUT_MS, on every listener.
+      for (const l of listenerNames(r.bootstrap)) assert.equal(hcmOf(r.bootstrap, l)['request_timeout'], duration(r.config.requestBodyTimeoutMs), l);
+      assert.equal(r.config.requestBodyTimeoutMs, Number(variant.env['REQUEST_BODY_TIMEOUT_MS'] ?? 5000));
       assert.match(String(at(hcm, 'common_http_protocol_options.idle_timeout')), /^\d+s$/);
       assert.equal(hcm['codec_type'], 'AUTO');
       assert.deepEqual(at(r.bootstrap, 'admin.address.socket_address'), { address: '127.0.0.1', port_value: r.config.envoyAdminPort });
@@ -265,20 +283,97 @@ for (const [name, variant] of Object.entries(VARIANTS)) {
     });
 
     test('ingest route: exact POST path to market, a header phase without the body first, then authz gets up to INGEST_MAX_BYTES of raw body', () => {
-      const ingest = routeNamed(r.bootstrap, ROUTE.ingest);
+      const where = r.config.ingestPort === undefined ? LISTENER.edge : LISTENER.ingest;
+      const ingest = routeNamed(r.bootstrap, ROUTE.ingest, where);
       assert.deepEqual(ingest['match'], { path: '/internal/ingest/market', headers: [{ name: ':method', string_match: { exact: 'POST' } }] });
       assert.equal(at(ingest, 'route.cluster'), CLUSTER.market);
-      assert.deepEqual(at(perFilter(ingest, FILTER.extAuthz), 'check_settings.with_request_body'),
-        { max_request_bytes: r.config.ingestMaxBytes, allow_partial_message: false, pack_as_bytes: true });
-      assert.deepEqual(at(perFilter(ingest, FILTER.ingestHeaders), 'check_settings'),
+      assert.deepEqual(at(perFilter(ingest, FILTER.extAuthz), 'check_settings'), {
+        with_request_body: { max_request_bytes: r.config.ingestMaxBytes, allow_partial_message: false, pack_as_bytes: true },
+        context_extensions: { route: 'ingest' },
+      }, 'the body phase never takes the global bucket');
+      assert.deepEqual(at(perFilter(ingest, FILTER.headerPhase), 'check_settings'),
         { disable_request_body_buffering: true, context_extensions: { route: 'ingest', [CONTEXT_EXTENSION.phase]: HEADER_PHASE } });
-      const phase = filterNamed(FILTER.ingestHeaders);
-      assert.equal(phase['disabled'], true, 'off everywhere but the ingest route');
+      const phase = filterNamed(FILTER.headerPhase);
+      assert.equal(phase['disabled'], true, 'off everywhere but the routes that enable it');
       assert.equal((phase['typed_config'] as Obj)['with_request_body'], undefined, 'never waits for a body');
+      assert.equal(at(phase, 'typed_config.stat_prefix'), 'header_phase');
       assert.equal(at(phase, 'typed_config.failure_mode_allow'), false);
       assert.deepEqual(at(phase, 'typed_config.status_on_error'), { code: 'ServiceUnavailable' });
-      const withPhase = routesOf(r.bootstrap).filter((x) => findKeys(x, FILTER.ingestHeaders).length > 0).map((x) => x['name']);
-      assert.deepEqual(withPhase, [ROUTE.ingest]);
+    });
+
+    test('header phase: on the ingest and orders routes only (geo before any body is buffered), never where Envoy answers itself', () => {
+      const withPhase = listenerNames(r.bootstrap).flatMap((l) => routesOf(r.bootstrap, l).filter((x) => findKeys(x, FILTER.headerPhase).length > 0).map((x) => x['name']));
+      assert.deepEqual(withPhase.sort(), [ROUTE.ingest, r.config.orderBackend === undefined ? ROUTE.ordersNoBackend : ROUTE.orders].sort());
+      const orders = routeNamed(r.bootstrap, r.config.orderBackend === undefined ? ROUTE.ordersNoBackend : ROUTE.orders);
+      assert.deepEqual(at(perFilter(orders, FILTER.headerPhase), 'check_settings'),
+        { disable_request_body_buffering: true, context_extensions: { route: 'order', [CONTEXT_EXTENSION.phase]: HEADER_PHASE } });
+      assert.deepEqual(at(perFilter(orders, FILTER.extAuthz), 'check_settings.context_extensions'), { route: 'order' });
+    });
+
+    test('ingest listener: with INGEST_PORT on INGEST_BIND_ADDRESS the ingest routes only, the rest 404; the public listener answers the ingest path 404 without buffering a body', () => {
+      const names = listenerNames(r.bootstrap);
+      if (r.config.ingestPort === undefined) {
+        assert.deepEqual(names, [LISTENER.edge]);
+        return;
+      }
+      assert.deepEqual(names, [LISTENER.edge, LISTENER.ingest]);
+      assert.deepEqual(at(listenerNamed(r.bootstrap, LISTENER.ingest), 'address.socket_address'), { address: r.config.ingestBindAddress, port_value: r.config.ingestPort });
+      assert.equal(at(listenerNamed(r.bootstrap, LISTENER.ingest), 'per_connection_buffer_limit_bytes'), 32_768);
+      const hcm = hcmOf(r.bootstrap, LISTENER.ingest);
+      assert.equal(hcm['stat_prefix'], LISTENER.ingest, 'its own stats: http.ingest.…');
+      assert.deepEqual(hcm['local_reply_config'], hcmOf(r.bootstrap)['local_reply_config'], 'the same JSON replies');
+      assert.deepEqual(hcm['http_filters'], hcmOf(r.bootstrap)['http_filters'], 'the same rules: rate limit, geo, HMAC, nonce, Ed25519');
+      const ingestRoutes = routesOf(r.bootstrap, LISTENER.ingest);
+      assert.deepEqual(ingestRoutes.map((x) => x['name']), [ROUTE.ingestTooLarge, ROUTE.ingest, ROUTE.ingestMethod, ROUTE.ingestListenerNotFound]);
+      const rest = ingestRoutes.at(-1)!;
+      assert.deepEqual([rest['match'], rest['direct_response']], [{ prefix: '/' }, { status: 404 }]);
+      // The public listener: no ingest route; the ingest path falls to the /internal 404, whose
+      // Check (geo) never buffers a body.
+      const publicNames = routesOf(r.bootstrap).map((x) => x['name']);
+      for (const n of [ROUTE.ingest, ROUTE.ingestMethod, ROUTE.ingestTooLarge]) assert.ok(!publicNames.includes(n), publicNames.join(', '));
+      const internal = routeNamed(r.bootstrap, ROUTE.internal);
+      assert.equal(publicNames[0], ROUTE.internal, 'the first route, so it takes the ingest path');
+      assert.deepEqual(internal['direct_response'], { status: 404 });
+      assert.deepEqual(at(perFilter(internal, FILTER.extAuthz), 'check_settings.disable_request_body_buffering'), true);
+      assert.deepEqual(findKeys(internal, FILTER.headerPhase), []);
+    });
+
+    test('body routes: the stream holds up to the route\'s body limit from the route match; a declared body over it is 413 before any body is read', () => {
+      const where = r.config.ingestPort === undefined ? LISTENER.edge : LISTENER.ingest;
+      const orders = r.config.orderBackend === undefined ? ROUTE.ordersNoBackend : ROUTE.orders;
+      for (const [name, tooLarge, listener, path, limit] of [
+        [ROUTE.ingest, ROUTE.ingestTooLarge, where, '/internal/ingest/market', r.config.ingestMaxBytes],
+        [orders, ROUTE.ordersTooLarge, LISTENER.edge, '/v1/orders', r.config.orderMaxBytes],
+      ] as const) {
+        assert.equal(routeNamed(r.bootstrap, name, listener)['request_body_buffer_limit'], limit, name);
+        const big = routeNamed(r.bootstrap, tooLarge, listener);
+        assert.deepEqual(big['match'], { path, headers: [
+          { name: ':method', string_match: { exact: 'POST' } },
+          { name: 'content-length', range_match: { start: limit + 1, end: '9223372036854775807' } },
+        ] });
+        assert.deepEqual(big['direct_response'], { status: 413 });
+        assert.equal(at(perFilter(big, FILTER.extAuthz), 'check_settings.disable_request_body_buffering'), true, 'geo only, no body');
+        const names = routesOf(r.bootstrap, listener).map((x) => x['name']);
+        assert.equal(names.indexOf(tooLarge) + 1, names.indexOf(name), `${tooLarge} right before ${name}`);
+      }
+    });
+
+    test('overload manager: the connection cap, and memory actions against a heap bound of ENVOY_MEMORY_LIMIT_MB minus what is not heap', () => {
+      const om = at(r.bootstrap, 'overload_manager') as Obj;
+      const monitors = om['resource_monitors'] as Obj[];
+      assert.deepEqual(monitors.map((m) => m['name']), ['envoy.resource_monitors.global_downstream_max_connections', FIXED_HEAP_MONITOR]);
+      const limitMb = Number(variant.env['ENVOY_MEMORY_LIMIT_MB'] ?? 1024);
+      assert.equal(r.config.envoyMemoryLimitMb, limitMb);
+      assert.equal(at(monitors[1], 'typed_config.max_heap_size_bytes'), (limitMb - ENVOY_NON_HEAP_MB) * 1_048_576);
+      assert.equal(at(monitors[1], 'typed_config.@type'), 'type.googleapis.com/envoy.extensions.resource_monitors.fixed_heap.v3.FixedHeapConfig');
+      const actions = Object.fromEntries((om['actions'] as Obj[]).map((a) => [a['name'], (a['triggers'] as Obj[])[0]]));
+      assert.deepEqual(actions, {
+        'envoy.overload_actions.shrink_heap': { name: FIXED_HEAP_MONITOR, threshold: { value: 0.9 } },
+        'envoy.overload_actions.reset_high_memory_stream': { name: FIXED_HEAP_MONITOR, scaled: { scaling_threshold: 0.85, saturation_threshold: 0.95 } },
+        'envoy.overload_actions.stop_accepting_requests': { name: FIXED_HEAP_MONITOR, threshold: { value: 0.95 } },
+      });
+      // reset_high_memory_stream needs buffer accounting; 2^16: a full-size order body and any ingest body are tracked.
+      assert.deepEqual(om['buffer_factory_config'], { minimum_account_to_track_power_of_two: 16 });
     });
 
     test('/v1/orders with any other method: Envoy answers 405 with allow: POST, after the POST route and before the catch-all', () => {
@@ -301,7 +396,7 @@ for (const [name, variant] of Object.entries(VARIANTS)) {
     });
 
     test('every route carries explicit ext_authz check_settings', () => {
-      for (const route of routesOf(r.bootstrap)) {
+      for (const route of listenerNames(r.bootstrap).flatMap((l) => routesOf(r.bootstrap, l))) {
         assert.ok(at(perFilter(route, FILTER.extAuthz), 'check_settings'), String(route['name']));
       }
     });
@@ -400,6 +495,8 @@ for (const [name, variant] of Object.entries(VARIANTS)) {
         const idle = Number(String(at(orders, 'route.idle_timeout')).slice(0, -1)) * 1000;
         assert.ok(idle > b.timeoutMs, 'the stream idle timeout never pre-empts the route timeout (504)');
         assert.equal(at(perFilter(orders, FILTER.extAuthz), 'check_settings.with_request_body.max_request_bytes'), r.config.orderMaxBytes);
+        // request_timeout (the body timeout) stops once the order went upstream: it never pre-empts the 504.
+        assert.equal((orders['route'] as Obj)['max_stream_duration'], undefined);
         assert.equal(at(perFilter(orders, FILTER.lua), 'name'), ORDER_BODY_LUA);
       });
 
@@ -526,7 +623,10 @@ const envoyAvailable = spawnSync(envoyBinary(), ['--version']).status === 0;
 describe('live Envoy 1.40 with the rendered config', { skip: envoyAvailable ? false : 'no Envoy binary' }, () => {
   /** What the real order stage allows (minus the market lookup): the payload as metadata. */
   const orderOrAllow = (i: AuthzInput): Decision => {
-    if (i.path !== '/v1/orders') return ALLOW;
+    // The header phase has no body yet: the order is judged in the body phase.
+    if (i.route !== 'order' || i.phase !== undefined) return ALLOW;
+    // As the pipeline does: a body Envoy cut at ORDER_MAX_BYTES is over the limit.
+    if (i.partialBody === true) return deny('payload_too_large');
     const o = parseOrder(i.body, 32_768);
     return 'allow' in o ? o : orderAllow(o);
   };
@@ -559,7 +659,7 @@ describe('live Envoy 1.40 with the rendered config', { skip: envoyAvailable ? fa
     const env: Env = {
       EDGE_PORT: '0', ENVOY_ADMIN_PORT: '0', AUTHZ_GRPC_PORT: String(grpcPort), MARKET_PORT: String(market.port),
       XFF_NUM_TRUSTED_HOPS: '1', RPS_PER_IP: '1', RATE_BURST: '3', ORDER_MAX_BYTES: '16384',
-      ORDER_BACKEND_TIMEOUT_MS: '500',
+      ORDER_BACKEND_TIMEOUT_MS: '500', REQUEST_BODY_TIMEOUT_MS: '1500',
     };
     const start = async (name: string, extra: Env): Promise<LiveEnvoy> => {
       const dir = join(work.dir, name);
@@ -725,11 +825,65 @@ describe('live Envoy 1.40 with the rendered config', { skip: envoyAvailable ? fa
     } finally { decide = orderOrAllow; }
   });
 
-  test('body over ORDER_MAX_BYTES → 413 payload_too_large JSON, authz not called', async () => {
-    const before = inputs.length;
+  test('body over ORDER_MAX_BYTES → 413 payload_too_large JSON: declared, authz asked for geo only (no body); chunked, never judged cut short', async () => {
+    let before = inputs.length;
     const res = await request(envoy.edgePort, 'POST', '/v1/orders', { ...client(), ...J }, 'x'.repeat(20_000));
     isContractJson(res, 413, 'payload_too_large');
-    assert.equal(inputs.length, before);
+    assert.deepEqual(inputs.slice(before).map((i) => [i.route, i.phase, i.body]), [['read', undefined, undefined]]);
+    // Chunked (no content-length): read while the header phase is decided, then either Envoy's own
+    // 413 at the buffer limit or a body phase with the body cut at ORDER_MAX_BYTES, marked partial.
+    before = inputs.length;
+    const chunked = await new Promise<{ status: number; headers: Record<string, unknown>; body: string }>((resolve, reject) => {
+      const req = http.request({ host: '127.0.0.1', port: envoy.edgePort, method: 'POST', path: '/v1/orders', agent: false, headers: { ...client(), ...J } }, (r) => {
+        let body = '';
+        r.on('data', (d: Buffer) => { body += d.toString(); });
+        r.on('end', () => resolve({ status: r.statusCode ?? 0, headers: r.headers, body }));
+      });
+      req.on('error', reject);
+      req.write('x'.repeat(10_000));
+      req.end('x'.repeat(10_000));
+    });
+    isContractJson(chunked, 413, 'payload_too_large');
+    for (const i of inputs.slice(before).filter((x) => x.phase === undefined)) assert.equal(i.partialBody, true, 'a body phase only with the cut body, marked');
+  });
+
+  test('an order body stalled or trickled past REQUEST_BODY_TIMEOUT_MS → 408 bad_request JSON at that time; a refused header phase answers before any body', async () => {
+    for (const trickle of [false, true]) {
+      const t0 = Date.now();
+      const res = await new Promise<{ status: number; headers: Record<string, unknown>; body: string }>((resolve, reject) => {
+        const req = http.request({ host: '127.0.0.1', port: envoy.edgePort, method: 'POST', path: '/v1/orders', agent: false,
+          headers: { ...client(), ...J, 'content-length': '1000' } }, (r) => {
+          let body = '';
+          r.setEncoding('utf8');
+          r.on('data', (d: string) => { body += d; });
+          r.on('end', () => resolve({ status: r.statusCode ?? 0, headers: r.headers, body }));
+        });
+        req.on('error', reject);
+        req.write('{');
+        // One byte every 200 ms never leaves the stream idle; the timeout counts anyway.
+        const timer = trickle ? setInterval(() => req.write(' '), 200) : undefined;
+        req.on('response', () => clearInterval(timer));
+        req.on('close', () => clearInterval(timer));
+      });
+      const ms = Date.now() - t0;
+      isContractJson(res, 408, 'bad_request');
+      // REQUEST_BODY_TIMEOUT_MS=1500 here: not before it, and well before Envoy's idle timeout (30 s).
+      assert.ok(ms >= 1400 && ms < 5000, `${trickle ? 'trickled' : 'stalled'}: 408 after ${ms} ms`);
+    }
+    const d = geoDenial('not here', undefined);
+    decide = (i) => (i.phase !== undefined ? d : orderOrAllow(i));
+    try {
+      const before = inputs.length;
+      // Headers only, a body announced and never sent: the header phase answers.
+      const res = await new Promise<number>((resolve, reject) => {
+        const req = http.request({ host: '127.0.0.1', port: envoy.edgePort, method: 'POST', path: '/v1/orders', agent: false,
+          headers: { ...client(), ...J, 'content-length': '16000' } }, (r) => { r.resume(); resolve(r.statusCode ?? 0); req.destroy(); });
+        req.on('error', reject);
+        req.flushHeaders();
+      });
+      assert.equal(res, 451);
+      assert.deepEqual(inputs.slice(before).map((i) => i.phase), [HEADER_PHASE], 'decided on the headers, no body phase');
+    } finally { decide = orderOrAllow; }
   });
 
   test('internal paths other than the exact ingest POST never reach the market service', async () => {

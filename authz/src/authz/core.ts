@@ -21,6 +21,7 @@ import { shadowHooks } from './shadow.ts';
 import type { GrpcServiceRegistration } from '../ratelimit/service.ts';
 import { withGlobalLimit, type CheckLimiter } from '../ratelimit/check-limit.ts';
 import type { Decision } from './decision.ts';
+import { createPendingBodies } from './pending-bodies.ts';
 
 export interface AuthzCoreDeps {
   readonly config: Config;
@@ -103,6 +104,8 @@ export function createAuthzCore(deps: AuthzCoreDeps): AuthzCore {
       },
     },
     isSealed: () => sealState.refuses(),
+    // Ingest bodies Envoy may hold per client address between the header and the body phase.
+    pendingBodies: createPendingBodies({ maxPerClient: config.ingestMaxPendingPerClient, ttlMs: config.requestBodyTimeoutMs, nowMs: () => deps.clock.nowMs() }),
     ...(config.anonymizer === undefined || deps.anonymizer === undefined ? {} : {
       anonymizer: {
         blocks: createAnonymizerCheck({ flagMask: flagBits(config.anonymizer.flags), actions: config.anonymizer.actions }, deps.anonymizer),

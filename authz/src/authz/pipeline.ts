@@ -3,6 +3,10 @@
  * route (GET/HEAD /v1/geoblock) skips geo: it is how a blocked client learns that it is blocked.
  * Stops at the first denial. Returns synchronously when no I/O is needed (geo-only reads,
  * orders whose market is cached), so the common path allocates no Promise.
+ *
+ * Ingests and orders are asked twice: first their header phase (no body yet: Envoy has buffered
+ * nothing), which decides geo, the anonymizer rule and, for an ingest, its signature headers and
+ * the pending-body bound; then their body phase, the whole policy (geo again: it is synchronous).
  */
 import { classify, type RouteKind } from '../common/contract.ts';
 import { ALLOW, deny, type Decision } from './decision.ts';
@@ -11,9 +15,10 @@ import { geoDecision, type GeoResult } from './stages/geo.ts';
 import type { AnonymizerCheck } from './stages/anonymizer.ts';
 import { checkIngestHeaders, ingestStage, type IngestDeps } from './stages/ingest.ts';
 import { orderStage, type OrderDeps } from './stages/order.ts';
+import type { PendingBodies } from './pending-bodies.ts';
 
-/** The metrics and decision-log label: the route, or the ingest's header phase. */
-export type RouteLabel = RouteKind | 'ingest_headers';
+/** The metrics and decision-log label: the route, or the header phase of an ingest or an order. */
+export type RouteLabel = RouteKind | 'ingest_headers' | 'order_headers';
 
 /** The route of a Check: the one Envoy matched, else (a hand-made Check) by method and path. */
 export function routeOf(input: AuthzInput): RouteKind {
@@ -22,7 +27,8 @@ export function routeOf(input: AuthzInput): RouteKind {
 
 /** The label a decision is counted and logged under. */
 export function routeLabel(input: AuthzInput, route: RouteKind = routeOf(input)): RouteLabel {
-  return route === 'ingest' && input.phase !== undefined ? 'ingest_headers' : route;
+  if (input.phase === undefined) return route;
+  return route === 'ingest' ? 'ingest_headers' : route === 'order' ? 'order_headers' : route;
 }
 
 export interface PipelineDeps {
@@ -31,6 +37,11 @@ export interface PipelineDeps {
   readonly ingest: IngestDeps;
   readonly order: OrderDeps;
   readonly isSealed: () => boolean;
+  /**
+   * The bound on ingest bodies pending per client address (INGEST_MAX_PENDING_PER_CLIENT;
+   * pending-bodies.ts); absent: unbounded (tests of other stages).
+   */
+  readonly pendingBodies?: PendingBodies;
   /**
    * The anonymizer rule (ANONYMIZER_DB; stages/anonymizer.ts) and its denial (the geo notice's
    * body and headers, reason `restricted_jurisdiction:anonymizer`); absent without ANONYMIZER_DB.
@@ -44,19 +55,47 @@ export interface PipelineDeps {
 }
 
 export const SEALED = deny('sealed');
+/** A body Envoy cut at the route's limit (AuthzInput.partialBody): over INGEST_MAX_BYTES / ORDER_MAX_BYTES. */
+const TOO_LARGE = deny('payload_too_large');
+
+const PENDING_MESSAGE = 'too many ingest bodies in flight from this client address; retry when one has been answered';
+const pendingDenials = new Map<number, Decision>();
+
+/**
+ * The 429 of the pending-body bound, with Retry-After: the whole seconds until the client's oldest
+ * pending body expires (≥ 1). One Decision per value (at most REQUEST_BODY_TIMEOUT_MS / 1000 of them).
+ */
+export function pendingDenial(retryAfterMs: number): Decision {
+  const secs = Math.max(1, Math.ceil(retryAfterMs / 1000));
+  let d = pendingDenials.get(secs);
+  if (d === undefined) {
+    const base = deny('too many requests', PENDING_MESSAGE);
+    d = { ...base, reason: 'too many requests:pending_bodies', headers: Object.freeze([...base.headers, ['retry-after', String(secs)] as const]), encoded: undefined };
+    if (pendingDenials.size < 128) pendingDenials.set(secs, d);
+  }
+  return d;
+}
+
+/** The ingest's header phase, once its headers passed: a slot among its client's pending bodies, or 429. */
+function admitBody(input: AuthzInput, pending: PendingBodies | undefined): Decision {
+  const wait = pending?.admit(input.clientIp, input.requestId);
+  return wait === undefined ? ALLOW : pendingDenial(wait);
+}
 
 /** Evaluates one request. Never throws for client input; callers still guard (fail closed). */
 export function evaluate(input: AuthzInput, deps: PipelineDeps): Decision | Promise<Decision> {
+  const route = routeOf(input);
+  // An ingest's body phase: its body is whole, no longer pending (whatever the decision).
+  if (route === 'ingest' && input.phase === undefined) deps.pendingBodies?.release(input.requestId);
   // 0. Sealed: nothing is allowed any more.
   if (deps.isSealed()) return SEALED;
-  const route = routeOf(input);
   // The geoblock answer (market service) is for every client; it changes nothing and has no body.
   // Envoy's route only matches GET/HEAD /v1/geoblock; the method and path are checked again here.
   if (route === 'geoblock' && classify(input.method, input.path) === 'geoblock') return ALLOW;
   // 1. Client address (computed by Envoy; see authz/codec/request.ts) → 2. geo, on every other route.
   const geo = deps.classifyGeo(input.clientIp);
   // The shadow policy, when configured (zero cost otherwise: no result has `shadow`). Once per
-  // request: an ingest's header phase is skipped, its body phase counts.
+  // request: a header phase is skipped, the body phase counts.
   const shadow = geo.shadow;
   if (shadow !== undefined && shadow.access !== geo.access && input.phase === undefined) deps.onShadowDisagreement?.(input, geo, shadow);
   const geoDenied = geoDecision(geo, deps.geoDenial);
@@ -70,11 +109,16 @@ export function evaluate(input: AuthzInput, deps: PipelineDeps): Decision | Prom
   // 3. The route's policy.
   switch (route) {
     case 'ingest':
-      // The header phase (no body yet): only what the headers decide; the body phase that
-      // follows runs the whole policy again, headers included.
-      if (input.phase !== undefined) return checkIngestHeaders(input, deps.ingest.replayWindowSecs, deps.ingest.clock.nowSecs()) ?? ALLOW;
+      // The header phase (no body yet): only what the headers decide, then a slot among the
+      // client's pending bodies; the body phase that follows runs the whole policy again,
+      // headers included.
+      if (input.phase !== undefined) return checkIngestHeaders(input, deps.ingest.replayWindowSecs, deps.ingest.clock.nowSecs()) ?? admitBody(input, deps.pendingBodies);
+      if (input.partialBody === true) return TOO_LARGE;
       return ingestStage(input, deps.ingest);
     case 'order':
+      // The header phase: geo and the anonymizer rule passed; the order itself is in the body.
+      if (input.phase !== undefined) return ALLOW;
+      if (input.partialBody === true) return TOO_LARGE;
       // An allowed order carries the client's tier and jurisdiction to the backend.
       return orderStage(input.body, deps.order, geo.orderHeaders);
     default:

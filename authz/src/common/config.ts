@@ -168,6 +168,29 @@ export interface Config {
   readonly redisReplicaWaitMs: number;
   readonly marketCacheTtlMs: number;
 
+  // Request bodies, the ingest listener, Envoy's memory (docs/envoy.md "Bodies and memory")
+  /**
+   * INGEST_PORT: ingest is served on a listener of its own (INGEST_BIND_ADDRESS), and the public
+   * listener answers the ingest path 404 before reading a body; undefined: ingest is served on
+   * EDGE_PORT as every other route.
+   */
+  readonly ingestPort: number | undefined;
+  /** Where the ingest listener binds (INGEST_BIND_ADDRESS, default loopback). */
+  readonly ingestBindAddress: string;
+  /**
+   * The longest a request may take to arrive whole and be decided (Envoy's request_timeout on
+   * every listener): a body stalled or trickled past it is answered 408; bodies held per
+   * client address are bounded by rate × this.
+   */
+  readonly requestBodyTimeoutMs: number;
+  /**
+   * Ingest bodies one client address may have pending at once (header phase allowed, body not
+   * yet decided); the next is refused 429 before Envoy buffers it.
+   */
+  readonly ingestMaxPendingPerClient: number;
+  /** The memory limit of Envoy's container (MiB): the overload manager's heap bound derives from it. */
+  readonly envoyMemoryLimitMb: number;
+
   // Process
   /**
    * Envoy's deadline for one authz Check (ext_authz grpc_service.timeout): past it the request
@@ -202,6 +225,28 @@ function int(env: Env, name: string, def: number, min: number, max: number): num
 
 function port(env: Env, name: string, def: number): number {
   return int(env, name, def, 0, 65535);
+}
+
+/** The memory Envoy needs besides its heap (binary, stacks, thread-local data): measured ~55 MiB RSS with an empty heap. */
+export const ENVOY_NON_HEAP_MB = 64;
+
+/**
+ * INGEST_PORT and INGEST_BIND_ADDRESS (both read whatever is set, so each is a known setting):
+ * a port of its own, unlike every other listening port; an IP literal to bind, only with the port.
+ */
+function ingestListener(env: Env, taken: Readonly<Record<string, number>>): { port: number | undefined; bindAddress: string } {
+  const raw = str(env, 'INGEST_PORT');
+  const bind = str(env, 'INGEST_BIND_ADDRESS');
+  if (raw === undefined) {
+    if (bind !== undefined) throw new ConfigError('INGEST_BIND_ADDRESS', 'to be set only with INGEST_PORT (without it ingest is served on EDGE_PORT)', bind);
+    return { port: undefined, bindAddress: '127.0.0.1' };
+  }
+  const p = int(env, 'INGEST_PORT', 0, 1, 65535);
+  for (const [name, other] of Object.entries(taken)) {
+    if (other === p) throw new ConfigError('INGEST_PORT', `a port other than ${name} (${other})`, raw);
+  }
+  if (bind !== undefined && isIP(bind) === 0) throw new ConfigError('INGEST_BIND_ADDRESS', 'an IP address (0.0.0.0, 127.0.0.1, ::)', bind);
+  return { port: p, bindAddress: bind ?? '127.0.0.1' };
 }
 
 function list(env: Env, name: string): string[] {
@@ -364,6 +409,13 @@ export function configWarnings(c: Config): string[] {
     out.push(`AUTHZ_TIMEOUT_MS=${c.authzTimeoutMs} leaves little room for the global rate limit, which the Check waits for up to `
       + `${RATE_LIMIT.timeoutMs} ms before its policy: with Redis slow, Envoy can give up on the Check first (503). Raise AUTHZ_TIMEOUT_MS.`);
   }
+  // An order or ingest is decided twice (header phase, then body phase), each Check up to
+  // AUTHZ_TIMEOUT_MS, all inside REQUEST_BODY_TIMEOUT_MS (docs/envoy.md "Bodies and memory").
+  if (c.requestBodyTimeoutMs <= 2 * c.authzTimeoutMs) {
+    out.push(`REQUEST_BODY_TIMEOUT_MS=${c.requestBodyTimeoutMs} leaves no time for a body: an order or an ingest is decided twice `
+      + `(before and after its body), each Check up to AUTHZ_TIMEOUT_MS=${c.authzTimeoutMs}, within it; a slow Check then ends `
+      + 'in 408 instead of 503. Raise REQUEST_BODY_TIMEOUT_MS above 2 × AUTHZ_TIMEOUT_MS plus the time a body takes to arrive.');
+  }
   // A region rule overrides its country's in both directions (docs/api.md "Jurisdiction tiers"):
   // said once at start-up where that loosens the country's tier, in case it was not meant.
   for (const r of c.closeOnlyRegions) {
@@ -500,12 +552,17 @@ export function loadConfig(env: Env = process.env): Config {
     throw new ConfigError('NONCE_TTL_SECS', `at least 2 × REPLAY_WINDOW_SECS (${2 * replayWindowSecs})`, String(nonceTtlSecs));
   }
 
+  const edgePort = port(env, 'EDGE_PORT', 8080);
+  const envoyAdminPort = port(env, 'ENVOY_ADMIN_PORT', 9901);
+  const ingest = ingestListener(env, { EDGE_PORT: edgePort, ENVOY_ADMIN_PORT: envoyAdminPort });
+  const authzTimeoutMs = int(env, 'AUTHZ_TIMEOUT_MS', 1000, 10, 60_000);
+
   return Object.freeze({
-    edgePort: port(env, 'EDGE_PORT', 8080),
+    edgePort,
     authzGrpcPort: port(env, 'AUTHZ_GRPC_PORT', 9191),
     marketPort: port(env, 'MARKET_PORT', 8081),
     authzAdminPort: port(env, 'AUTHZ_ADMIN_PORT', 9464),
-    envoyAdminPort: port(env, 'ENVOY_ADMIN_PORT', 9901),
+    envoyAdminPort,
     bindAddress,
     marketBindAddress: str(env, 'MARKET_BIND_ADDRESS') ?? bindAddress,
     adminBindAddress: str(env, 'ADMIN_BIND_ADDRESS') ?? '127.0.0.1',
@@ -549,7 +606,13 @@ export function loadConfig(env: Env = process.env): Config {
     redisReplicaWaitMs: int(env, 'REDIS_REPLICA_WAIT_MS', 200, 1, 10_000),
     marketCacheTtlMs: int(env, 'MARKET_CACHE_TTL_MS', 2000, 0, 60_000),
 
-    authzTimeoutMs: int(env, 'AUTHZ_TIMEOUT_MS', 1000, 10, 60_000),
+    ingestPort: ingest.port,
+    ingestBindAddress: ingest.bindAddress,
+    requestBodyTimeoutMs: int(env, 'REQUEST_BODY_TIMEOUT_MS', 5000, 500, 60_000),
+    ingestMaxPendingPerClient: int(env, 'INGEST_MAX_PENDING_PER_CLIENT', 8, 1, 10_000),
+    envoyMemoryLimitMb: int(env, 'ENVOY_MEMORY_LIMIT_MB', 1024, 2 * ENVOY_NON_HEAP_MB, 1_048_576),
+
+    authzTimeoutMs,
     shutdownGraceMs: int(env, 'SHUTDOWN_GRACE_MS', 5000, 0, 120_000),
     logLevel,
     logDecisions,

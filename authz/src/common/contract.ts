@@ -51,12 +51,13 @@ export const GEOBLOCK_METHODS = ['GET', 'HEAD'] as const;
 export const CONTEXT_EXTENSION = {
   /** The RouteKind of the route Envoy matched. */
   route: 'route',
-  /** `headers` on the ingest's first Check, which carries no body (HEADER_PHASE). */
+  /** `headers` on the first Check of an ingest or an order, which carries no body (HEADER_PHASE). */
   phase: 'phase',
   /**
-   * `global` (GLOBAL_LIMIT_IN_CHECK) on the routes whose Check takes the global rate limit's
-   * bucket: RATE_LIMIT_SCOPE=global with the TS service as the limiter (no
-   * RATELIMIT_SERVICE_ADDRESS), every route with an upstream, never the ingest's header phase.
+   * `global` (GLOBAL_LIMIT_IN_CHECK) on the Checks that take the global rate limit's bucket:
+   * RATE_LIMIT_SCOPE=global with the TS service as the limiter (no RATELIMIT_SERVICE_ADDRESS),
+   * every route with an upstream, one Check per request: the header phase of an ingest or an
+   * order (before its body is buffered), the only Check of any other route.
    */
   rateLimit: 'rate_limit',
 } as const;

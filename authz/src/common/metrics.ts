@@ -20,9 +20,11 @@ const EVERY_ROUTE: readonly DecisionCode[] = ['ok', 'sealed', 'restricted_jurisd
 /** The decision codes each route can produce (pipeline.ts, stages/). */
 export const DECISION_CODES: Readonly<Record<RouteLabel, readonly DecisionCode[]>> = {
   read: EVERY_ROUTE,
-  ingest_headers: [...EVERY_ROUTE, 'unauthorized', 'timestamp expired'],
-  ingest: [...EVERY_ROUTE, 'unauthorized', 'timestamp expired', 'ingest_replay', 'invalid_json', 'invalid_envelope', 'invalid_content_signature'],
-  order: [...EVERY_ROUTE, 'invalid_json', 'invalid_order', 'unknown_market', 'market_closed', 'deadline_expired', 'deadline_too_far', 'invalid_size'],
+  // The header phases: the global rate limit (when the Check takes it) and, for an ingest, the pending-body bound answer 429 there.
+  ingest_headers: [...EVERY_ROUTE, 'unauthorized', 'timestamp expired', 'too many requests'],
+  order_headers: [...EVERY_ROUTE, 'too many requests'],
+  ingest: [...EVERY_ROUTE, 'unauthorized', 'timestamp expired', 'ingest_replay', 'invalid_json', 'invalid_envelope', 'invalid_content_signature', 'payload_too_large'],
+  order: [...EVERY_ROUTE, 'invalid_json', 'invalid_order', 'unknown_market', 'market_closed', 'deadline_expired', 'deadline_too_far', 'invalid_size', 'payload_too_large'],
   // No geo on the geoblock route: only the seal (and an internal error) refuse it.
   geoblock: ['ok', 'sealed', 'service_unavailable'],
 };
@@ -174,7 +176,7 @@ export function createMetrics(opts: { geoipBuildEpochSecs: () => number; default
   zeroSeries(geoReloads, GEOIP_RELOAD_RESULTS.map((r) => [r]));
   zeroSeries(geoVerdicts, GEO_VERDICTS.map((v) => [v]));
   zeroSeries(anonymizerReloads, GEOIP_RELOAD_RESULTS.map((r) => [r]));
-  zeroSeries(anonymizerDenials, ['order', 'ingest', 'ingest_headers', 'read'].map((r) => [r]));
+  zeroSeries(anonymizerDenials, ['order', 'order_headers', 'ingest', 'ingest_headers', 'read'].map((r) => [r]));
   zeroSeries(shadowDisagreements, ACCESS_TIERS.flatMap((e) => ACCESS_TIERS.filter((x) => x !== e).map((x) => [e, x])));
   zeroSeries(rateLimits, RATE_LIMIT_CODES.map((c) => [c]));
   const rateLimitChildren = Object.fromEntries(RATE_LIMIT_CODES.map((c) => [c, rateLimits.labels(c)])) as Record<RateLimitCode, { inc(): void }>;

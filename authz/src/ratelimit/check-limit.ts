@@ -5,7 +5,8 @@
  * the address Envoy computed), without a second gRPC call per request.
  *
  * - Which Checks take it: those whose route Envoy marked (context_extensions `rate_limit:
- *   global`, envoy/render/ext-authz.ts), never the ingest's header phase: one token per request.
+ *   global`, envoy/render/ext-authz.ts): the only Check of a read, the header phase of an ingest or
+ *   an order (before Envoy buffers its body; its body phase is not marked): one token per request.
  * - Two buckets for an IPv6 client: its /64's and its prefix's (RATE_PREFIX_V6), taken together,
  *   both or neither (bucket.ts); an IPv4 client has its own only.
  * - Over the limit: 429 `too many requests` with exactly the body Envoy's local reply writes for
@@ -166,13 +167,13 @@ type Evaluate = (input: AuthzInput) => Decision | Promise<Decision>;
 /**
  * `decide` behind the global bucket: a Check Envoy marked (AuthzInput.globalLimit) takes one
  * token first, as Envoy's ratelimit filter ran before ext_authz, so a refused request reaches no
- * stage (no nonce is recorded for it). Never the ingest's header phase (checked here again): one
- * token per request. Unmarked Checks, and an address that is not one, go straight to `decide`
- * (the synchronous path stays synchronous).
+ * stage (no nonce is recorded for it, no ingest body is admitted). Envoy marks one Check per
+ * request: an ingest's or an order's header phase, never its body phase. Unmarked Checks, and an
+ * address that is not one, go straight to `decide` (the synchronous path stays synchronous).
  */
 export function withGlobalLimit(limiter: CheckLimiter, decide: Evaluate): Evaluate {
   return (input) => {
-    const verdict = input.globalLimit === true && input.phase === undefined ? limiter(input.clientIp) : undefined;
+    const verdict = input.globalLimit === true ? limiter(input.clientIp) : undefined;
     if (verdict === undefined) return decide(input);
     return verdict.then((v) => {
       if (v.denial !== undefined) return v.denial;

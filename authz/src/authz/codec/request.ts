@@ -37,8 +37,14 @@ export interface AuthzInput {
   /** Raw body bytes (`raw_body`, pack_as_bytes) or, failing that, the UTF-8 `body` string's bytes. */
   body: Buffer | undefined;
   /**
-   * `headers` when Envoy's route config asks for the header phase of an ingest
-   * (context_extensions `phase: headers`, set by the ingest route's first ext_authz filter, which
+   * True when Envoy sent only the first max_request_bytes of a longer body (it adds
+   * `x-envoy-auth-partial-body: true` itself and drops any client copy of that header): the body
+   * is over the route's limit and must be answered 413, never judged truncated.
+   */
+  partialBody?: boolean;
+  /**
+   * `headers` when Envoy's route config asks for the header phase of an ingest or an order
+   * (context_extensions `phase: headers`, set by those routes' first ext_authz filter, which
    * sends no body): only what the headers decide. Never set by a client.
    */
   phase: typeof HEADER_PHASE | undefined;
@@ -60,7 +66,10 @@ export interface AuthzInput {
   geo?: GeoResult | undefined;
 }
 
-const WANTED = new Set<string>([HEADER.clientIp, HEADER.timestamp, HEADER.nonce, HEADER.signature, HEADER.requestId]);
+/** The header Envoy's ext_authz adds to a Check that carries a body: `true` when the body was cut at max_request_bytes. */
+export const PARTIAL_BODY_HEADER = 'x-envoy-auth-partial-body';
+
+const WANTED = new Set<string>([HEADER.clientIp, HEADER.timestamp, HEADER.nonce, HEADER.signature, HEADER.requestId, PARTIAL_BODY_HEADER]);
 
 interface Scratch {
   sourceAddress: string;
@@ -75,6 +84,7 @@ function setHeader(input: AuthzInput, s: Scratch, key: string, value: string): v
     case HEADER.nonce: input.nonce = value; break;
     case HEADER.signature: input.signature = value; break;
     case HEADER.requestId: input.requestId = value; break;
+    case PARTIAL_BODY_HEADER: if (value === 'true') input.partialBody = true; break;
   }
 }
 
@@ -135,7 +145,7 @@ function readHttp(r: ProtoReader, end: number, input: AuthzInput, s: Scratch): v
   }
 }
 
-/** A context_extensions map entry: the route Envoy matched, the ingest's header phase, the global limit. */
+/** A context_extensions map entry: the route Envoy matched, the header phase, the global limit. */
 function readContextExtension(r: ProtoReader, end: number, input: AuthzInput): void {
   let key = '';
   let value = '';
