@@ -22,7 +22,7 @@ import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { fileURLToPath } from 'node:url';
-import { freePort } from '../authz/test/redis-server.ts';
+import { freePort, PrivateRedis } from '../authz/test/redis-server.ts';
 
 const ROOT = fileURLToPath(new URL('../', import.meta.url));
 const NODE = join(ROOT, 'scripts', 'node');
@@ -470,5 +470,56 @@ test('docs/operations.md, npm start: an HMAC rotation step from a shell that sou
     await nothingLeft(f);
   } finally {
     cleanUp(f);
+  }
+});
+
+test('npm start with a REDIS_URL that does not answer: one "waiting for Redis" line, the TS service starts once it answers; its Redis errors one line per 10 s; a Redis that never answers ends the start after 30 s naming the cause', { timeout: 120_000 }, async () => {
+  const redis = await PrivateRedis.start();
+  await redis.stop();
+  const late = await fresh({ REDIS_URL: redis.url });
+  const closedPort = await freePort();
+  const never = await fresh({ REDIS_URL: `redis://:pw@127.0.0.1:${closedPort}/0` });
+  try {
+    const t0 = Date.now();
+    const neverProc = Proc.npm(never.env);
+    const stack = Proc.npm(late.env);
+    await stack.waitFor(/npm start: waiting for Redis at /, 30_000);
+    await sleep(2000);
+    await redis.resume();
+    await stack.waitFor(/start: READY/, 60_000);
+    assert.equal(stack.out.match(/waiting for Redis/g)?.length, 1, stack.out);
+    assert.match(stack.out, new RegExp(`npm start: waiting for Redis at redis://127\\.0\\.0\\.1:${redis.port}/0 \\(REDIS_URL\\): the TS service starts once it answers \\(at most 30 s\\)\nnpm start: Redis at redis://127\\.0\\.0\\.1:${redis.port}/0 answers\n`));
+    assert.doesNotMatch(stack.out, /redis error|subscriber error/, 'the TS service started once Redis answered');
+
+    // Redis goes away under the running stack: each connection's error once, not one per reconnect.
+    const from = stack.out.length;
+    await redis.stop();
+    await sleep(5000);
+    const errors = stack.out.slice(from).split('\n').filter((l) => /"msg":"(redis error|market store subscriber error)/.test(l));
+    const byMsg = Object.groupBy(errors, (l) => /"msg":"([^"]+)"/.exec(l)![1]!);
+    assert.ok(errors.length > 0, 'the outage is logged');
+    for (const [msg, lines] of Object.entries(byMsg)) assert.equal(lines!.length, 1, `${msg}: one line in 5 s of reconnects:\n${errors.join('\n')}`);
+    await redis.resume();
+    let status = 0;
+    for (let i = 0; i < 50 && status !== 200; i++) {
+      status = (await fetch(`http://127.0.0.1:${late.ports.EDGE_PORT}/healthz`)).status;
+      if (status !== 200) await sleep(200);
+    }
+    assert.equal(status, 200, 'ready again once Redis is back');
+    process.kill(-stack.child.pid!, 'SIGINT');
+    assert.equal(await stack.exit(20_000), 0, stack.out);
+
+    // Nothing ever listens: after 30 s the start ends, naming Redis and the last error; the TS service never started.
+    assert.equal(await neverProc.exit(60_000), 1, neverProc.out);
+    process.stdout.write(`# unanswered REDIS_URL: the start ended after ${Date.now() - t0} ms\n`);
+    assert.match(neverProc.out, new RegExp(`npm start: Redis at redis://…@127\\.0\\.0\\.1:${closedPort}/0 \\(REDIS_URL\\) did not answer within 30 s \\(connect ECONNREFUSED 127\\.0\\.0\\.1:${closedPort}\\): start it, or fix or unset REDIS_URL`));
+    assert.equal(neverProc.out.match(/waiting for Redis/g)?.length, 1, neverProc.out);
+    assert.doesNotMatch(neverProc.out, /edge-authz|:pw@/, 'no TS service, no password');
+    await nothingLeft(late);
+    await nothingLeft(never);
+  } finally {
+    await redis.stop();
+    cleanUp(late);
+    cleanUp(never);
   }
 });

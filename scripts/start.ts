@@ -30,6 +30,7 @@ import { connect, createServer } from 'node:net';
 import { join, relative } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { fileURLToPath } from 'node:url';
+import { createRedis, neverSent } from '../authz/src/common/adapters/redis.ts';
 import { withServiceRuntime } from '../authz/src/common/runtime-env.ts';
 import { checkSettingNames, ConfigError, DEFAULT_GEOIP_DB, loadConfig, type Config } from '../authz/src/common/config.ts';
 import { loadCredentials, parseHmacKey, secretSetting } from '../authz/src/common/credentials.ts';
@@ -396,6 +397,44 @@ const tcpOpen = (port: number) => (): Promise<boolean> => new Promise((resolve) 
   sock.once('error', () => resolve(false));
 });
 
+/** How messages show a REDIS_URL: without its password. */
+const redisShown = (url: string): string => url.replace(/^([a-z+]+:\/\/)[^@/]*@/, '$1…@');
+/** How long a REDIS_URL given in the environment may take to answer before the stack gives up. */
+const REDIS_WAIT_MS = 30_000;
+
+/**
+ * A REDIS_URL given in the environment (not this stack's redis-server) answers PING before the
+ * TS service starts: the service would start anyway and log a reconnect error after another,
+ * and the stack would never become ready. One line while waiting; after `ms` the last error.
+ * Returns undefined once it answers, else that error.
+ */
+async function waitForRedis(url: string, ms: number): Promise<string | undefined> {
+  const client = createRedis(url, { connectTimeout: 1000 });
+  let last = 'no answer';
+  client.on('error', (err: Error) => { last = err.message; });
+  const end = Date.now() + ms;
+  let said = false;
+  try {
+    while (!stopping) {
+      try {
+        if (await client.ping() === 'PONG') {
+          if (said) say(`Redis at ${redisShown(url)} answers`);
+          return undefined;
+        }
+      } catch (err) {
+        if (!neverSent(err)) last = (err as Error).message; // else: not connected; the connection's error says why
+      }
+      if (Date.now() >= end) return last;
+      if (!said) say(`waiting for Redis at ${redisShown(url)} (REDIS_URL): the TS service starts once it answers (at most ${ms / 1000} s)`);
+      said = true;
+      await sleep(250);
+    }
+    return last;
+  } finally {
+    client.disconnect();
+  }
+}
+
 /** SIGTERM, then up to `ms` for it to exit; SIGKILL to its process group after that. */
 async function halt(svc: Service | undefined, ms: number): Promise<void> {
   const run = svc?.run;
@@ -583,6 +622,15 @@ for (const [svc, ok] of await Promise.all(starting)) {
 /** A child exited while starting: stop() is under way and ends the process. */
 const stopped = (): Promise<never> => new Promise<never>(() => undefined);
 if (stopping) await stopped();
+if (plan.redisPort === undefined && !blank('REDIS_URL')) {
+  const url = env['REDIS_URL'] ?? '';
+  const failed = await waitForRedis(url, REDIS_WAIT_MS);
+  if (failed !== undefined && !stopping) {
+    say(`Redis at ${redisShown(url)} (REDIS_URL) did not answer within ${REDIS_WAIT_MS / 1000} s (${failed}): start it, or fix or unset REDIS_URL`);
+    await stop(1);
+  }
+  if (stopping) await stopped();
+}
 
 const config = loadConfig(env);
 const authz: Service = {
