@@ -16,7 +16,8 @@ import assert from 'node:assert/strict';
 import { execFile, spawn, type ChildProcess } from 'node:child_process';
 import { createHash, randomBytes } from 'node:crypto';
 import { cpSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
-import { connect } from 'node:net';
+import { connect, createServer } from 'node:net';
+import { once } from 'node:events';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
@@ -521,5 +522,23 @@ test('npm start with a REDIS_URL that does not answer: one "waiting for Redis" l
     await redis.stop();
     cleanUp(late);
     cleanUp(never);
+  }
+});
+
+test('npm start refused for ports in use writes nothing: no run directory, no dev.env', { timeout: 60_000 }, async () => {
+  const f = await fresh();
+  const holder = createServer().listen(f.ports.EDGE_PORT, '127.0.0.1');
+  await once(holder, 'listening');
+  const newDir = join(f.runDir, 'not-yet');
+  try {
+    for (const env of [f.env, { ...f.env, DEV_RUN_DIR: newDir }]) {
+      const p = Proc.npm(env);
+      assert.equal(await p.exit(30_000), 2, p.out);
+      assert.match(p.lines().join('\n'), new RegExp(`^npm start: ports already in use: EDGE_PORT ${f.ports.EDGE_PORT} by pid ${process.pid} `));
+    }
+    assert.deepEqual(readdirSync(f.runDir), [], 'an existing run directory stays empty (no dev.env)');
+  } finally {
+    holder.close();
+    cleanUp(f);
   }
 });

@@ -108,32 +108,53 @@ function checkSettings(): Plan {
     if (other !== undefined) throw new ConfigError(name, `a port other than ${other}'s`, String(port));
     seen.set(port, name);
   }
-  try {
-    mkdirSync(RUN, { recursive: true, mode: 0o700 });
-  } catch (err) {
-    throw new ConfigError('DEV_RUN_DIR', 'a directory npm start can create and write', `${RUN}: ${(err as NodeJS.ErrnoException).code ?? String(err)}`);
-  }
   return { config, redisPort: runsRedis ? redisPort : undefined, backendPort: runsBackend ? backendPort : undefined, ports, unknown: unknown.map((u) => u.name) };
 }
 
+interface DevSecrets {
+  /** dev.env's settings. */
+  readonly values: Record<string, string>;
+  /** dev.env's text when there is none yet: written by createRunDir, once the start is not refused. */
+  readonly fresh: string | undefined;
+}
+
 /** Development secrets: generated once into dev.env (mode 0600), reused across restarts. */
-function devSecrets(): Record<string, string> {
+function devSecrets(): DevSecrets {
   const file = join(RUN, 'dev.env');
+  let fresh: string | undefined;
   if (!existsSync(file)) {
     const { privateKey, publicKey } = generateKeyPairSync('ed25519');
     const seed = Buffer.from(privateKey.export({ format: 'jwk' }).d ?? '', 'base64url').toString('hex');
     const pub = Buffer.from(publicKey.export({ format: 'jwk' }).x ?? '', 'base64url').toString('hex');
-    writeFileSync(file, [
+    fresh = [
       `EDGE_INGEST_HMAC=hex:${randomBytes(32).toString('hex')}`,
       `EDGE_FEED_ED25519_PUBLIC_KEY=${pub}`,
       `# The feed's private key: used only by scripts/edge-client.ts to sign demo documents.`,
       `EDGE_FEED_ED25519_KEY=${seed}`,
-    ].join('\n') + '\n', { mode: 0o600 });
+    ].join('\n') + '\n';
   }
-  return Object.fromEntries(readFileSync(file, 'utf8').split('\n').filter((l) => /^[A-Z0-9_]+=/.test(l)).map((l) => {
+  const values = Object.fromEntries((fresh ?? readFileSync(file, 'utf8')).split('\n').filter((l) => /^[A-Z0-9_]+=/.test(l)).map((l) => {
     const i = l.indexOf('=');
     return [l.slice(0, i), l.slice(i + 1)];
   }));
+  return { values, fresh };
+}
+
+/**
+ * The run directory and a new dev.env, written only once nothing refuses the start (a refused
+ * start, e.g. for ports in use, leaves no trace). An unusable DEV_RUN_DIR is a setting error.
+ */
+function createRunDir(secrets: DevSecrets): void {
+  try {
+    mkdirSync(RUN, { recursive: true, mode: 0o700 });
+    if (secrets.fresh !== undefined) {
+      const file = join(RUN, 'dev.env');
+      writeFileSync(`${file}.tmp`, secrets.fresh, { mode: 0o600 });
+      renameSync(`${file}.tmp`, file);
+    }
+  } catch (err) {
+    throw new ConfigError('DEV_RUN_DIR', 'a directory npm start can create and write', `${RUN}: ${(err as NodeJS.ErrnoException).code ?? String(err)}`);
+  }
 }
 
 /** Names an ingest HMAC key in messages without revealing it: the first 8 hex digits of the SHA-256 of its bytes. */
@@ -494,12 +515,12 @@ if (process.argv.includes('--rotate-client-cert')) {
 // Start.
 
 let plan: Plan;
+let secrets: DevSecrets;
 try {
   plan = checkSettings();
-  const hadDevEnv = existsSync(join(RUN, 'dev.env'));
-  const secrets = devSecrets();
-  if (hadDevEnv) refuseStaleKeys(secrets);
-  for (const [k, v] of Object.entries(secrets)) {
+  secrets = devSecrets();
+  if (secrets.fresh === undefined) refuseStaleKeys(secrets.values);
+  for (const [k, v] of Object.entries(secrets.values)) {
     // A key given in the environment, directly or as a file, wins over dev.env's.
     if (k !== 'EDGE_FEED_ED25519_KEY' && env[k] === undefined && env[`${k}_FILE`] === undefined) env[k] = v;
   }
@@ -509,6 +530,12 @@ try {
   throw err;
 }
 await refuseIfRunning(plan);
+try {
+  createRunDir(secrets);
+} catch (err) {
+  if (err instanceof ConfigError) refuse(err.message);
+  throw err;
+}
 keepDevEnvCurrent();
 shutdownGraceMs = plan.config.shutdownGraceMs;
 envoyAdminPort = plan.config.envoyAdminPort;
