@@ -13,7 +13,7 @@
  */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { execFile, spawn, type ChildProcess } from 'node:child_process';
+import { execFile, execFileSync, spawn, type ChildProcess } from 'node:child_process';
 import { createHash, randomBytes } from 'node:crypto';
 import { cpSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { connect, createServer } from 'node:net';
@@ -539,6 +539,30 @@ test('npm start refused for ports in use writes nothing: no run directory, no de
     assert.deepEqual(readdirSync(f.runDir), [], 'an existing run directory stays empty (no dev.env)');
   } finally {
     holder.close();
+    cleanUp(f);
+  }
+});
+
+test('Ctrl-C while npm start generates its certificates: a clean stop, no openssl stack trace, nothing left', { timeout: 60_000 }, async () => {
+  const f = await fresh();
+  // An openssl that takes 2 s for the first CA, so the Ctrl-C lands while it runs.
+  const bin = join(f.runDir, 'slow-bin');
+  mkdirSync(bin);
+  const real = execFileSync('sh', ['-c', 'command -v openssl']).toString().trim();
+  writeFileSync(join(bin, 'openssl'), `#!/bin/sh\ncase "$*" in *backend-ca.key*) : > ${bin}/running; sleep 2;; esac\nexec ${real} "$@"\n`, { mode: 0o755 });
+  const runDir = join(f.runDir, 'run');
+  const env = { ...f.env, DEV_RUN_DIR: runDir, PATH: `${bin}:${f.env['PATH'] ?? ''}` };
+  try {
+    const p = Proc.npm(env);
+    for (let i = 0; i < 300 && !existsSync(join(bin, 'running')); i++) await sleep(50);
+    assert.ok(existsSync(join(bin, 'running')), `openssl ran:\n${p.out}`);
+    process.kill(-p.child.pid!, 'SIGINT'); // Ctrl-C: the terminal's process group
+    assert.equal(await p.exit(30_000), 0, p.out);
+    assert.doesNotMatch(p.out, /internal error|Error:|\n\s+at /, p.out);
+    assert.match(p.out, /npm start: stopped in/);
+    await nothingLeft({ ...f, runDir });
+  } finally {
+    cleanUp({ ...f, runDir });
     cleanUp(f);
   }
 });

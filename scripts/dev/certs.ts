@@ -6,7 +6,7 @@
  * Client certificate files are laid out like a Kubernetes secret volume so rotation can be
  * exercised the same way: <dir>/client/tls.crt → ..data/tls.crt, ..data → ..<timestamp>/.
  */
-import { execFileSync } from 'node:child_process';
+import { execFileSync, type ExecFileSyncOptions } from 'node:child_process';
 import { chmodSync, mkdirSync, readFileSync, renameSync, symlinkSync, writeFileSync, existsSync, readlinkSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 
@@ -29,7 +29,12 @@ export interface DevPki {
 }
 
 function openssl(args: string[], cwd: string): void {
-  execFileSync('openssl', args, { cwd, stdio: ['ignore', 'ignore', 'pipe'] });
+  // detached: a process group of its own, so a Ctrl-C at the terminal during `npm start`'s first
+  // second reaches npm start (which stops cleanly once the PKI is written), not openssl (whose
+  // death by SIGINT made execFileSync throw: a stack trace instead of a clean stop). Node's
+  // spawnSync honours `detached` like spawn does; @types/node does not list it.
+  const options: ExecFileSyncOptions & { detached: boolean } = { cwd, stdio: ['ignore', 'ignore', 'pipe'], detached: true };
+  execFileSync('openssl', args, options);
 }
 
 function ca(dir: string, name: string): void {
