@@ -14,7 +14,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFile, execFileSync, spawn, type ChildProcess } from 'node:child_process';
-import { createHash, randomBytes } from 'node:crypto';
+import { createHash, randomBytes, X509Certificate } from 'node:crypto';
 import { cpSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { connect, createServer } from 'node:net';
 import { once } from 'node:events';
@@ -563,6 +563,59 @@ test('Ctrl-C while npm start generates its certificates: a clean stop, no openss
     await nothingLeft({ ...f, runDir });
   } finally {
     cleanUp({ ...f, runDir });
+    cleanUp(f);
+  }
+});
+
+test('npm start keeps its development PKI: a rotated client certificate and the CAs survive a restart; an expiring certificate is issued again', { timeout: 180_000 }, async () => {
+  const f = await fresh({ ORDER_BACKEND_MAX_CONN_SECS: '1' });
+  const pki = join(f.runDir, 'pki');
+  const stopStack = async (p: Proc): Promise<void> => {
+    process.kill(-p.child.pid!, 'SIGINT');
+    assert.equal(await p.exit(20_000), 0, p.out);
+  };
+  const cas = (): string[] => ['backend-ca', 'client-ca'].map((n) => readFileSync(join(pki, `${n}.crt`), 'utf8'));
+  const cnOf = (file: string): string => new X509Certificate(readFileSync(file)).subject;
+  try {
+    let stack = Proc.npm(f.env);
+    await stack.waitFor(/start: READY/, 60_000);
+    await stopStack(stack);
+    const firstCas = cas();
+    const backendCert = readFileSync(join(pki, 'backend.crt'), 'utf8');
+
+    // A client certificate rotated with the stack stopped, then a restart: both kept.
+    const rotate = Proc.npm(f.env, ['npm', 'start', '--', '--rotate-client-cert']);
+    assert.equal(await rotate.exit(30_000), 0, rotate.out);
+    const rotatedCn = cnOf(join(pki, 'client/tls.crt'));
+    assert.match(rotatedCn, /^CN=edge-client-\d{6,}$/);
+    stack = Proc.npm(f.env);
+    await stack.waitFor(/start: READY/, 60_000);
+    assert.doesNotMatch(stack.out, /issued again/, stack.out);
+    assert.deepEqual(cas(), firstCas, 'the CAs are kept');
+    assert.equal(readFileSync(join(pki, 'backend.crt'), 'utf8'), backendCert, 'the backend certificate is kept');
+    assert.equal(cnOf(join(pki, 'client/tls.crt')), rotatedCn, 'the rotated client certificate is kept');
+    const keys = keysOf(join(f.runDir, 'dev.env'));
+    assert.match((await client(f, keys, 'demo-ingest', '0xpki')).stdout, /^200 /);
+    writeFileSync(join(f.runDir, 'o.bin'), randomBytes(32));
+    assert.match((await client(f, keys, 'order', '0xpki', '1', join(f.runDir, 'o.bin'))).stdout, /^200 /);
+    await stack.waitFor(new RegExp(`"clientCert":"${rotatedCn.slice(3)}"`), 5000);
+    await stopStack(stack);
+
+    // The backend certificate re-signed for 1 day only (under RENEW_DAYS): issued again, the CAs kept.
+    execFileSync('openssl', ['x509', '-req', '-in', 'backend.csr', '-CA', 'backend-ca.crt', '-CAkey', 'backend-ca.key', '-days', '1',
+      '-out', 'backend.crt', '-extfile', 'backend.ext'], { cwd: pki, stdio: 'ignore' });
+    stack = Proc.npm(f.env);
+    await stack.waitFor(/start: READY/, 60_000);
+    assert.match(stack.out, /\(certificates in '[^']+\/pki'; issued again, as missing or expiring within 7 days: backend\)/);
+    const renewed = new X509Certificate(readFileSync(join(pki, 'backend.crt')));
+    assert.ok(Date.parse(renewed.validTo) - Date.now() > 25 * 86_400_000, renewed.validTo);
+    assert.deepEqual(cas(), firstCas);
+    assert.equal(cnOf(join(pki, 'client/tls.crt')), rotatedCn);
+    await sleep(1100); // ORDER_BACKEND_MAX_CONN_SECS=1: a new connection meets the new server certificate
+    assert.match((await client(f, keys, 'order', '0xpki', '1', join(f.runDir, 'o.bin'))).stdout, /^200 /);
+    await stopStack(stack);
+    await nothingLeft(f);
+  } finally {
     cleanUp(f);
   }
 });

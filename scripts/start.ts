@@ -36,7 +36,7 @@ import { checkSettingNames, ConfigError, DEFAULT_GEOIP_DB, loadConfig, type Conf
 import { loadCredentials, parseHmacKey, secretSetting } from '../authz/src/common/credentials.ts';
 import { envoyBinary } from '../envoy/envoy-bin.ts';
 import { renderEnvoy } from '../envoy/render.ts';
-import { generateDevPki, issue, publishClientCert } from './dev/certs.ts';
+import { ensureDevPki, issue, publishClientCert, RENEW_DAYS } from './dev/certs.ts';
 
 const ROOT = fileURLToPath(new URL('../', import.meta.url));
 const say = (msg: string): void => void process.stdout.write(`npm start: ${msg}\n`);
@@ -614,7 +614,8 @@ if (plan.redisPort !== undefined) {
 
 // Order backend: honour ORDER_BACKEND_URL; else the demo mTLS backend (scripts/dev/order-backend-main.ts).
 if (plan.backendPort !== undefined) {
-  const pki = generateDevPki(join(RUN, 'pki'));
+  const pkiExisted = existsSync(join(RUN, 'pki', 'client-ca.crt'));
+  const pki = ensureDevPki(join(RUN, 'pki'));
   const port = plan.backendPort !== 0 ? plan.backendPort : await new Promise<number>((resolve) => {
     const s = createServer().listen(0, '127.0.0.1', () => {
       const a = s.address();
@@ -638,7 +639,8 @@ if (plan.backendPort !== undefined) {
     EDGE_CLIENT_KEY_FILE: pki.clientKeyFile,
   });
   starting.push(waitFor(backend.ready, 15_000).then((ok) => [backend, ok]));
-  say(`demo mTLS order backend on https://localhost:${port} (certificates in ${shown('pki')})`);
+  const renewed = pkiExisted && pki.issued.length > 0 ? `; issued again, as missing or expiring within ${RENEW_DAYS} days: ${pki.issued.join(', ')}` : '';
+  say(`demo mTLS order backend on https://localhost:${port} (certificates in ${shown('pki')}${renewed})`);
 }
 for (const [svc, ok] of await Promise.all(starting)) {
   if (!ok && !stopping) {
