@@ -619,3 +619,25 @@ test('npm start keeps its development PKI: a rotated client certificate and the 
     cleanUp(f);
   }
 });
+
+test('docs as written against npm start: the openssl signed ingest of docs/api.md', { timeout: 120_000 }, async () => {
+  const f = await fresh();
+  const ours = (block: string): string => block.replaceAll('.run/', `${f.runDir}/`)
+    .replaceAll('127.0.0.1:8080', `127.0.0.1:${f.ports.EDGE_PORT}`).replaceAll('127.0.0.1:9464', `127.0.0.1:${f.ports.AUTHZ_ADMIN_PORT}`);
+  const stack = Proc.npm(f.env);
+  try {
+    await stack.waitFor(/start: READY/, 60_000);
+    const api = readFileSync(join(ROOT, 'docs/api.md'), 'utf8');
+    const block = /^```sh\n(cd \.run\/[\s\S]*?)^```$/m.exec(api)?.[1];
+    assert.ok(block !== undefined && block.includes('openssl pkeyutl -sign -inkey feed-private.pem'), 'docs/api.md has the signed ingest');
+    const signed = Proc.bash(`set -eo pipefail\n${ours(block)}`, f.env);
+    assert.equal(await signed.exit(30_000), 0, signed.out);
+    assert.match(signed.out, /^\{"status":"stored","conditionId":"0x7c01","seq":\d+\}\n$/, signed.out);
+    const markets = await (await fetch(`http://127.0.0.1:${f.ports.EDGE_PORT}/v1/markets?conditionId=0x7c01`)).json() as { markets: unknown[] };
+    assert.equal(markets.markets.length, 1);
+  } finally {
+    process.kill(-stack.child.pid!, 'SIGINT');
+    await stack.exit(20_000);
+    cleanUp(f);
+  }
+});
