@@ -620,7 +620,7 @@ test('npm start keeps its development PKI: a rotated client certificate and the 
   }
 });
 
-test('docs as written against npm start: the openssl signed ingest of docs/api.md', { timeout: 120_000 }, async () => {
+test('docs as written against npm start: the openssl signed ingest of docs/api.md; the GeoIP replacement snippets of docs/operations.md show the count moved (default reload interval)', { timeout: 120_000 }, async () => {
   const f = await fresh();
   const ours = (block: string): string => block.replaceAll('.run/', `${f.runDir}/`)
     .replaceAll('127.0.0.1:8080', `127.0.0.1:${f.ports.EDGE_PORT}`).replaceAll('127.0.0.1:9464', `127.0.0.1:${f.ports.AUTHZ_ADMIN_PORT}`);
@@ -635,6 +635,14 @@ test('docs as written against npm start: the openssl signed ingest of docs/api.m
     assert.match(signed.out, /^\{"status":"stored","conditionId":"0x7c01","seq":\d+\}\n$/, signed.out);
     const markets = await (await fetch(`http://127.0.0.1:${f.ports.EDGE_PORT}/v1/markets?conditionId=0x7c01`)).json() as { markets: unknown[] };
     assert.equal(markets.markets.length, 1);
+
+    // The snippets print the counter after the reload (GEOIP_RELOAD_INTERVAL_MS 2 s, unset here).
+    const good = Proc.bash(ours(docBlock('cp node_modules/')), f.env);
+    assert.equal(await good.exit(40_000), 0, good.out);
+    assert.equal(good.out, 'edge_geoip_reloads_total{result="ok"} 1\nedge_geoip_reloads_total{result="failed"} 0\n');
+    const bad = Proc.bash(ours(docBlock('head -c 4096 /dev/urandom')), f.env);
+    assert.equal(await bad.exit(40_000), 0, bad.out);
+    assert.equal(bad.out, 'edge_geoip_reloads_total{result="ok"} 1\nedge_geoip_reloads_total{result="failed"} 1\n');
   } finally {
     process.kill(-stack.child.pid!, 'SIGINT');
     await stack.exit(20_000);
