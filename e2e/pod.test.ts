@@ -38,7 +38,7 @@
  * podman, not root, no Docker engine, or a podman that cannot start a container: the suite skips
  * with one line saying why.
  */
-import { after, before, describe, test, type TestContext } from 'node:test';
+import { after, before, test, type TestContext } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
 import { createHash, createPrivateKey, randomBytes, X509Certificate, type KeyObject } from 'node:crypto';
@@ -59,7 +59,7 @@ import { buildServiceImage } from './containers/stack.ts';
 import { SERVICE_IMAGE } from './containers/definitions.ts';
 import { errorCode, ingest, KP_IP, orderBody, request, uniqueId, type Reply } from './lib/client.ts';
 import { ok, run, until, type RunResult } from './lib/compose.ts';
-import { containerSkip, dockerCli, imageFor } from './lib/images.ts';
+import { containerSuite, dockerCli, imageFor } from './lib/images.ts';
 import {
   containerLogs, containerState, copyImage, GatewayRedis, importFile, newPauseImages, PODMAN_BIN, podIp, podmanObjects,
   podmanWith, probePodman, tcpAccepts, type Podman, type PodmanObjects,
@@ -84,7 +84,7 @@ const PUBLIC_IP = '8.8.8.8';
 
 interface Settings { readonly data: Record<string, string> }
 
-describe('pod', { skip: containerSkip('pod', SKIP) }, () => {
+containerSuite('pod', SKIP, () => {
   const runId = `e2e${process.pid.toString(36)}${randomBytes(2).toString('hex')}`;
   const images = { envoy: `localhost/edge-pod-${runId}/envoy:v1.40.0`, service: `localhost/edge-pod-${runId}/edge-trading-proxy:e2e` };
   let dir: string | undefined;
