@@ -11,8 +11,7 @@ import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFile, execFileSync } from 'node:child_process';
 import { generateKeyPairSync, randomBytes } from 'node:crypto';
-import { chmodSync, mkdirSync, mkdtempSync, readdirSync, rmSync, statSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { chmodSync, mkdirSync, readdirSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { promisify } from 'node:util';
@@ -22,6 +21,7 @@ import { generateDevPki } from '../scripts/dev/certs.ts';
 import { buildServiceImage } from './containers/stack.ts';
 import { SERVICE_IMAGE } from './containers/definitions.ts';
 import { containerSuite, dockerCli, dockerEngine, imageFor } from './lib/images.ts';
+import { tempDir } from '../authz/test/temp-dir.ts';
 
 const engine = dockerEngine();
 const skip = engine.ok ? undefined : `skipped: ${engine.why}`;
@@ -57,7 +57,7 @@ containerSuite('docker build -f deploy/Dockerfile', skip, () => {
   before(async () => {
     await buildServiceImage();
     config = (JSON.parse(await docker(['image', 'inspect', SERVICE_IMAGE])) as { Config: ImageConfig }[])[0]!.Config;
-    dir = mkdtempSync(join(tmpdir(), 'edge-docker-build-'));
+    dir = tempDir('edge-docker-build-');
     chmodSync(dir, 0o755);
   }, { timeout: 11 * 60_000 });
   after(async () => {

@@ -42,9 +42,8 @@ import { after, before, test, type TestContext } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
 import { createHash, createPrivateKey, randomBytes, X509Certificate, type KeyObject } from 'node:crypto';
-import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
+import { existsSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import type { Server } from 'node:https';
-import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { DEFAULT_GEOIP_DB } from '../authz/src/common/config.ts';
 import { parseHmacKey } from '../authz/src/common/credentials.ts';
@@ -66,6 +65,7 @@ import {
 } from './lib/pod.ts';
 import type { Stack } from './lib/stack.ts';
 import { DRAIN_QUIET_MS } from '../authz/src/process.ts';
+import { tempDir } from '../authz/test/temp-dir.ts';
 
 const PROBE = probePodman();
 const SKIP = PROBE.skip;
@@ -247,7 +247,7 @@ containerSuite('pod', SKIP, () => {
     try {
       const t0 = Date.now();
       for (const sig of ['SIGINT', 'SIGTERM'] as const) process.once(sig, onSignal);
-      dir = mkdtempSync(join(tmpdir(), 'edge-pod-e2e-'));
+      dir = tempDir('edge-pod-e2e-');
       const building = buildServiceImage();
       const [http, grpc, metrics, redisPort, replicaPort] = [await freePort(), await freePort(), await freePort(), await freePort(), await freePort()];
       s = setupPod({ out: dir, name: runId, envoyImage: images.envoy, serviceImage: images.service, redisPort, publish: { http, grpc, metrics }, blockedCountries: 'KP', subnet: freeSubnet() });

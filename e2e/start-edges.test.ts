@@ -15,15 +15,15 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFile, execFileSync, spawn, type ChildProcess } from 'node:child_process';
 import { createHash, randomBytes, X509Certificate } from 'node:crypto';
-import { cpSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { cpSync, existsSync, mkdirSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { connect, createServer } from 'node:net';
 import { once } from 'node:events';
-import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { fileURLToPath } from 'node:url';
 import { freePort, PrivateRedis } from '../authz/test/redis-server.ts';
+import { tempDir } from '../authz/test/temp-dir.ts';
 
 const ROOT = fileURLToPath(new URL('../', import.meta.url));
 const NODE = join(ROOT, 'scripts', 'node');
@@ -54,7 +54,7 @@ function stackProcesses(runDir: string): { pid: number; cmd: string }[] {
 interface Fresh { readonly runDir: string; readonly ports: Ports; readonly env: Record<string, string> }
 
 async function fresh(extra: Record<string, string> = {}): Promise<Fresh> {
-  const runDir = mkdtempSync(join(tmpdir(), 'edge-start-'));
+  const runDir = tempDir('edge-start-');
   const ports = Object.fromEntries(await Promise.all(PORT_SETTINGS.map(async (k) => [k, await freePort()] as const))) as Ports;
   const env: Record<string, string> = { ...process.env as Record<string, string>, DEV_RUN_DIR: runDir, LOG_LEVEL: 'warn', SHUTDOWN_GRACE_MS: '1000' };
   for (const k of ['REDIS_URL', 'ORDER_BACKEND_URL', 'EDGE_INGEST_HMAC', 'EDGE_INGEST_HMAC_PREVIOUS', 'EDGE_FEED_ED25519_PUBLIC_KEY', 'EDGE_FEED_ED25519_KEY', 'GEOIP_DB', 'NODE_TEST_CONTEXT']) delete env[k];
@@ -234,7 +234,7 @@ test('npm start supervises: the TS service, Redis and the demo backend are resta
     const again = Proc.npm(f.env);
     assert.equal(await again.exit(20_000), 2, again.out);
     assert.match(again.lines().at(-1) ?? '', new RegExp(`^npm start: a stack is already running from ${f.runDir} \\(pid ${startPid}, ${edge}\\); stop it first`));
-    const otherDir = mkdtempSync(join(tmpdir(), 'edge-start-'));
+    const otherDir = tempDir('edge-start-');
     const elsewhere = Proc.npm({ ...f.env, DEV_RUN_DIR: otherDir });
     assert.equal(await elsewhere.exit(20_000), 2, elsewhere.out);
     assert.match(elsewhere.lines().at(-1) ?? '', new RegExp(`^npm start: a stack is already running on these ports \\(pid ${startPid}\\): EDGE_PORT ${f.ports.EDGE_PORT}, AUTHZ_GRPC_PORT`));
@@ -397,7 +397,7 @@ test('docs/operations.md, npm start forms, run as written: HMAC rotation keeps .
 
 test('npm start on a fresh clone says what it installs before the ~20 s of pip', { timeout: 30_000 }, async () => {
   const pkg = JSON.parse(readFileSync(join(ROOT, 'package.json'), 'utf8')) as { scripts: Record<string, string> };
-  const clone = mkdtempSync(join(tmpdir(), 'edge-clone-'));
+  const clone = tempDir('edge-clone-');
   try {
     mkdirSync(join(clone, 'scripts'));
     cpSync(join(ROOT, 'scripts/setup.sh'), join(clone, 'scripts/setup.sh'));

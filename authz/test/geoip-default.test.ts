@@ -3,8 +3,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync, spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { copyFileSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { copyFileSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { DEFAULT_GEOIP_DB } from '../src/common/config.ts';
@@ -13,6 +12,7 @@ import { parse } from 'yaml';
 import { geoFixtures } from './geo-fixtures.ts';
 import { newFeedKey } from './helpers.ts';
 import { freePort } from './redis-server.ts';
+import { withTempDir } from './temp-dir.ts';
 
 const ROOT = fileURLToPath(new URL('../../', import.meta.url));
 
@@ -21,13 +21,10 @@ test('default GeoIP – warned only for NODE_ENV=production with the default dat
   assert.equal(defaultGeoipWarning(DEFAULT_GEOIP_DB, {}), undefined, 'development: no warning');
   assert.equal(defaultGeoipWarning(geoFixtures().geoip2, { NODE_ENV: 'production' }), undefined, 'a database of your own: no warning');
   assert.equal(defaultGeoipWarning('/nonexistent.mmdb', { NODE_ENV: 'production' }), undefined);
-  const dir = mkdtempSync(join(tmpdir(), 'edge-geoip-copy-'));
-  try {
+  return withTempDir('edge-geoip-copy-', (dir) => {
     copyFileSync(DEFAULT_GEOIP_DB, join(dir, 'country.mmdb'));
     assert.equal(defaultGeoipWarning(join(dir, 'country.mmdb'), { NODE_ENV: 'production' }), DEFAULT_GEOIP_PRODUCTION_WARNING, 'a copy of it (compose-setup) is the default too');
-  } finally {
-    rmSync(dir, { recursive: true, force: true });
-  }
+  });
 });
 
 test('default GeoIP – the shipped package still describes its npm data as containing errors (re-check the warning when it changes)', () => {
