@@ -1,17 +1,19 @@
 /**
  * `npm start`: the whole local stack in the foreground, supervised.
  *
- *   Redis (a private redis-server when one is installed and REDIS_URL is unset; else the
- *   in-memory stores) · development certificates and keys (generated into .run/, never
- *   committed) · the demo mTLS order backend (unless ORDER_BACKEND_URL is set) · the TS
- *   service · Envoy. Every setting of the README is honoured. Ready when
- *   GET http://127.0.0.1:$EDGE_PORT/healthz answers 200.
+ *   Redis (a private redis-server when one is installed and REDIS_URL is unset; a REDIS_URL
+ *   given must answer within 30 s; else the in-memory stores) · development certificates and
+ *   keys (generated into .run/, never committed; kept across starts) · the demo mTLS order
+ *   backend (unless ORDER_BACKEND_URL is set) · the TS service · Envoy. Every setting of the
+ *   README is honoured. Ready when GET http://127.0.0.1:$EDGE_PORT/healthz answers 200.
  *
  * Before anything starts, every setting is checked (loadConfig, loadCredentials and the
  * development ones): a bad one ends it with one line naming the variable and what was expected,
  * exit code 2, nothing started. Unknown settings with the project's prefixes, and near misses of
  * known ones, are reported (STRICT_SETTINGS=1 refuses them). A stack already running from the
- * same run directory (its pid file, start.pid) or on the same ports is named, exit code 2.
+ * same run directory (its pid file, start.pid) or on the same ports is named, exit code 2, and
+ * so are ingest HMAC keys in the environment that would undo a rotation (a stale shell). A
+ * refused start writes nothing.
  *
  * Each child runs in its own process group, so a Ctrl-C at the terminal reaches this process
  * only (package.json `exec`s it, so npm's signals do too), and it stops the stack in dependency
