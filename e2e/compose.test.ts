@@ -13,7 +13,7 @@
  * restarted, GeoIP swapped, stack stopped, then removed). No engine or no docker-compose: the
  * suite skips with one line saying why.
  */
-import { after, before, describe, test, type TestContext } from 'node:test';
+import { after, before, test, type TestContext } from 'node:test';
 import assert from 'node:assert/strict';
 import { createHash, createPrivateKey, randomBytes, X509Certificate, type KeyObject } from 'node:crypto';
 import { readdirSync, readFileSync } from 'node:fs';
@@ -26,7 +26,7 @@ import { composeConfig, type ComposeFile } from '../deploy/test/tools.ts';
 import { signedIngest } from '../scripts/edge-client.ts';
 import { errorCode, ingest, KP_IP, orderBody, request, uniqueId, type Reply } from './lib/client.ts';
 import { composeProject, composeSkipReason, jsonLogLines, ok, until, type ComposeProject } from './lib/compose.ts';
-import { containerSkip } from './lib/images.ts';
+import { containerSuite } from './lib/images.ts';
 import type { Stack } from './lib/stack.ts';
 import { DRAIN_QUIET_MS } from '../authz/src/process.ts';
 
@@ -50,7 +50,7 @@ const chIp = (n: number): string => `192.0.2.${n}`;
 
 const PKCS8_ED25519_PREFIX = Buffer.from('302e020100300506032b657004220420', 'hex');
 
-describe('compose', { skip: containerSkip('compose', SKIP) }, () => {
+containerSuite('compose', SKIP, () => {
   let p: ComposeProject;
   let config: ComposeFile;
   /** What e2e/lib/client.ts reads of a stack: the edge URL and the signing keys. */

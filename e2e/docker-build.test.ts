@@ -7,12 +7,11 @@
  * official node image when present, else the local stand-in of `npm run images`
  * (e2e/lib/images.ts). Without an engine every test here skips with one line saying why.
  */
-import { after, before, describe, test } from 'node:test';
+import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFile, execFileSync } from 'node:child_process';
 import { generateKeyPairSync, randomBytes } from 'node:crypto';
-import { chmodSync, mkdirSync, mkdtempSync, readdirSync, rmSync, statSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { chmodSync, mkdirSync, readdirSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { promisify } from 'node:util';
@@ -21,10 +20,11 @@ import { SERVICE_RUNTIME_ENV } from '../authz/src/common/runtime-env.ts';
 import { generateDevPki } from '../scripts/dev/certs.ts';
 import { buildServiceImage } from './containers/stack.ts';
 import { SERVICE_IMAGE } from './containers/definitions.ts';
-import { dockerCli, dockerEngine, imageFor } from './lib/images.ts';
+import { containerSuite, dockerCli, dockerEngine, imageFor } from './lib/images.ts';
+import { tempDir } from '../authz/test/temp-dir.ts';
 
 const engine = dockerEngine();
-const skip = engine.ok ? false : `skipped: ${engine.why}`;
+const skip = engine.ok ? undefined : `skipped: ${engine.why}`;
 const run = promisify(execFile);
 const docker = (args: readonly string[], timeout = 60_000): Promise<string> =>
   run(dockerCli(), [...args], { encoding: 'utf8', timeout, maxBuffer: 16 << 20 }).then((r) => r.stdout);
@@ -51,13 +51,13 @@ async function until<T>(what: string, timeoutMs: number, probe: () => Promise<T 
   }
 }
 
-describe('docker build -f deploy/Dockerfile', { skip }, () => {
+containerSuite('docker build -f deploy/Dockerfile', skip, () => {
   let config: ImageConfig;
   let dir: string;
   before(async () => {
     await buildServiceImage();
     config = (JSON.parse(await docker(['image', 'inspect', SERVICE_IMAGE])) as { Config: ImageConfig }[])[0]!.Config;
-    dir = mkdtempSync(join(tmpdir(), 'edge-docker-build-'));
+    dir = tempDir('edge-docker-build-');
     chmodSync(dir, 0o755);
   }, { timeout: 11 * 60_000 });
   after(async () => {

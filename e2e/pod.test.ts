@@ -38,13 +38,12 @@
  * podman, not root, no Docker engine, or a podman that cannot start a container: the suite skips
  * with one line saying why.
  */
-import { after, before, describe, test, type TestContext } from 'node:test';
+import { after, before, test, type TestContext } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
 import { createHash, createPrivateKey, randomBytes, X509Certificate, type KeyObject } from 'node:crypto';
-import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
+import { existsSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import type { Server } from 'node:https';
-import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { DEFAULT_GEOIP_DB } from '../authz/src/common/config.ts';
 import { parseHmacKey } from '../authz/src/common/credentials.ts';
@@ -59,13 +58,14 @@ import { buildServiceImage } from './containers/stack.ts';
 import { SERVICE_IMAGE } from './containers/definitions.ts';
 import { errorCode, ingest, KP_IP, orderBody, request, uniqueId, type Reply } from './lib/client.ts';
 import { ok, run, until, type RunResult } from './lib/compose.ts';
-import { containerSkip, dockerCli, imageFor } from './lib/images.ts';
+import { containerSuite, dockerCli, imageFor } from './lib/images.ts';
 import {
   containerLogs, containerState, copyImage, GatewayRedis, importFile, newPauseImages, PODMAN_BIN, podIp, podmanObjects,
   podmanWith, probePodman, tcpAccepts, type Podman, type PodmanObjects,
 } from './lib/pod.ts';
 import type { Stack } from './lib/stack.ts';
 import { DRAIN_QUIET_MS } from '../authz/src/process.ts';
+import { tempDir } from '../authz/test/temp-dir.ts';
 
 const PROBE = probePodman();
 const SKIP = PROBE.skip;
@@ -84,7 +84,7 @@ const PUBLIC_IP = '8.8.8.8';
 
 interface Settings { readonly data: Record<string, string> }
 
-describe('pod', { skip: containerSkip('pod', SKIP) }, () => {
+containerSuite('pod', SKIP, () => {
   const runId = `e2e${process.pid.toString(36)}${randomBytes(2).toString('hex')}`;
   const images = { envoy: `localhost/edge-pod-${runId}/envoy:v1.40.0`, service: `localhost/edge-pod-${runId}/edge-trading-proxy:e2e` };
   let dir: string | undefined;
@@ -248,7 +248,7 @@ describe('pod', { skip: containerSkip('pod', SKIP) }, () => {
     try {
       const t0 = Date.now();
       for (const sig of ['SIGINT', 'SIGTERM'] as const) process.once(sig, onSignal);
-      dir = mkdtempSync(join(tmpdir(), 'edge-pod-e2e-'));
+      dir = tempDir('edge-pod-e2e-');
       const building = buildServiceImage();
       const [http, grpc, metrics, ingestPort, redisPort, replicaPort] = [await freePort(), await freePort(), await freePort(), await freePort(), await freePort(), await freePort()];
       s = setupPod({ out: dir, name: runId, envoyImage: images.envoy, serviceImage: images.service, redisPort, publish: { http, grpc, metrics, ingest: ingestPort }, blockedCountries: 'KP', subnet: freeSubnet() });

@@ -13,16 +13,17 @@
  */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { execFile, spawn, type ChildProcess } from 'node:child_process';
-import { randomBytes } from 'node:crypto';
-import { cpSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
-import { connect } from 'node:net';
-import { tmpdir } from 'node:os';
+import { execFile, execFileSync, spawn, type ChildProcess } from 'node:child_process';
+import { createHash, randomBytes, X509Certificate } from 'node:crypto';
+import { cpSync, existsSync, mkdirSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { connect, createServer } from 'node:net';
+import { once } from 'node:events';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { fileURLToPath } from 'node:url';
-import { freePort } from '../authz/test/redis-server.ts';
+import { freePort, PrivateRedis } from '../authz/test/redis-server.ts';
+import { tempDir } from '../authz/test/temp-dir.ts';
 
 const ROOT = fileURLToPath(new URL('../', import.meta.url));
 const NODE = join(ROOT, 'scripts', 'node');
@@ -53,7 +54,7 @@ function stackProcesses(runDir: string): { pid: number; cmd: string }[] {
 interface Fresh { readonly runDir: string; readonly ports: Ports; readonly env: Record<string, string> }
 
 async function fresh(extra: Record<string, string> = {}): Promise<Fresh> {
-  const runDir = mkdtempSync(join(tmpdir(), 'edge-start-'));
+  const runDir = tempDir('edge-start-');
   const ports = Object.fromEntries(await Promise.all(PORT_SETTINGS.map(async (k) => [k, await freePort()] as const))) as Ports;
   const env: Record<string, string> = { ...process.env as Record<string, string>, DEV_RUN_DIR: runDir, LOG_LEVEL: 'warn', SHUTDOWN_GRACE_MS: '1000' };
   for (const k of ['REDIS_URL', 'ORDER_BACKEND_URL', 'EDGE_INGEST_HMAC', 'EDGE_INGEST_HMAC_PREVIOUS', 'EDGE_FEED_ED25519_PUBLIC_KEY', 'EDGE_FEED_ED25519_KEY', 'GEOIP_DB', 'NODE_TEST_CONTEXT']) delete env[k];
@@ -234,7 +235,7 @@ test('npm start supervises: the TS service, Redis and the demo backend are resta
     const again = Proc.npm(f.env);
     assert.equal(await again.exit(20_000), 2, again.out);
     assert.match(again.lines().at(-1) ?? '', new RegExp(`^npm start: a stack is already running from ${f.runDir} \\(pid ${startPid}, ${edge}\\); stop it first`));
-    const otherDir = mkdtempSync(join(tmpdir(), 'edge-start-'));
+    const otherDir = tempDir('edge-start-');
     const elsewhere = Proc.npm({ ...f.env, DEV_RUN_DIR: otherDir });
     assert.equal(await elsewhere.exit(20_000), 2, elsewhere.out);
     assert.match(elsewhere.lines().at(-1) ?? '', new RegExp(`^npm start: a stack is already running on these ports \\(pid ${startPid}\\): EDGE_PORT ${f.ports.EDGE_PORT}, AUTHZ_GRPC_PORT`));
@@ -397,7 +398,7 @@ test('docs/operations.md, npm start forms, run as written: HMAC rotation keeps .
 
 test('npm start on a fresh clone says what it installs before the ~20 s of pip', { timeout: 30_000 }, async () => {
   const pkg = JSON.parse(readFileSync(join(ROOT, 'package.json'), 'utf8')) as { scripts: Record<string, string> };
-  const clone = mkdtempSync(join(tmpdir(), 'edge-clone-'));
+  const clone = tempDir('edge-clone-');
   try {
     mkdirSync(join(clone, 'scripts'));
     cpSync(join(ROOT, 'scripts/setup.sh'), join(clone, 'scripts/setup.sh'));
@@ -432,20 +433,17 @@ test('npm start with nothing trusted (GEO_TRUSTED_CIDRS empty, GEO_UNKNOWN=block
   }
 });
 
-test('npm start names the component that does not become ready and its last answer: Envoy that never listens, a TS service whose store is down', { timeout: 120_000 }, async () => {
+test('npm start names the component that does not become ready and its last answer: Envoy that never listens (an unreachable REDIS_URL is named by its own test)', { timeout: 120_000 }, async () => {
   // An "Envoy" that runs and never opens its admin port.
-  const fakeDir = mkdtempSync(join(tmpdir(), 'edge-fake-envoy-'));
+  const fakeDir = tempDir('edge-fake-envoy-');
   const fake = join(fakeDir, 'envoy');
   writeFileSync(fake, '#!/bin/sh\nexec sleep 600\n', { mode: 0o755 });
   const silentEnvoy = await fresh({ ENVOY_BIN: fake });
-  // A Redis nobody listens on: the TS service runs, its /healthz says the store is not ready.
-  const noStore = await fresh({ REDIS_URL: `redis://127.0.0.1:${await freePort()}/0` });
-  const runs = [silentEnvoy, noStore].map((f) => ({ f, p: Proc.npm(f.env) }));
+  const runs = [silentEnvoy].map((f) => ({ f, p: Proc.npm(f.env) }));
   try {
     const codes = await Promise.all(runs.map((r) => r.p.exit(75_000)));
-    assert.deepEqual(codes, [1, 1], runs.map((r) => r.p.out).join('\n----\n'));
+    assert.deepEqual(codes, [1], runs.map((r) => r.p.out).join('\n----\n'));
     assert.match(runs[0]!.p.out, new RegExp(`npm start: Envoy did not become ready within 30 s: GET http://127\\.0\\.0\\.1:${silentEnvoy.ports.ENVOY_ADMIN_PORT}/ready: connection refused \\(nothing listening\\)\n`));
-    assert.match(runs[1]!.p.out, new RegExp(`npm start: the TS service did not become ready within 30 s: GET http://127\\.0\\.0\\.1:${noStore.ports.MARKET_PORT}/healthz answered 503 \\{"status":"unavailable","checks":\\{[^}]*"store":false`));
     for (const r of runs) await nothingLeft(r.f);
   } finally {
     for (const r of runs) cleanUp(r.f);
@@ -523,5 +521,245 @@ test('npm start survives its terminal: the terminal closed or the output pipe br
   } finally {
     cleanUp(tty);
     cleanUp(pipe);
+  }
+});
+
+test('docs/operations.md, npm start: an HMAC rotation step from a shell that sourced dev.env before the rotation is refused (exit 2, both keys by fingerprint, dev.env untouched); the refreshed shell ends the rotation', { timeout: 180_000 }, async () => {
+  const f = await fresh();
+  const ours = (block: string): string => block.replaceAll('./.run/', `${f.runDir}/`).replaceAll('.run/', `${f.runDir}/`);
+  const stopStack = async (p: Proc): Promise<void> => {
+    process.kill(-p.child.pid!, 'SIGINT');
+    assert.equal(await p.exit(20_000), 0, p.out);
+  };
+  const fp = (key: string): string => `sha256:${createHash('sha256').update(Buffer.from(key.replace(/^hex:/, ''), 'hex')).digest('hex').slice(0, 8)}`;
+  const devEnv = join(f.runDir, 'dev.env');
+  /** A start refused before anything ran: exit 2, one line, no key in it, dev.env as it was, nothing started. */
+  const refused = async (p: Proc, re: RegExp): Promise<string> => {
+    const before = readFileSync(devEnv, 'utf8');
+    assert.equal(await p.exit(30_000), 2, p.out);
+    const lines = p.lines();
+    assert.equal(lines.length, 1, `one line:\n${p.out}`);
+    assert.match(lines[0]!, re);
+    for (const v of Object.values(keysOf(devEnv))) assert.ok(!p.out.includes(v.replace(/^hex:/, '')), 'no key in the output');
+    assert.equal(readFileSync(devEnv, 'utf8'), before, 'dev.env is untouched');
+    assert.ok(!existsSync(join(f.runDir, 'start.pid')), 'nothing was started');
+    return lines[0]!;
+  };
+  try {
+    let stack = Proc.npm(f.env);
+    await stack.waitFor(/start: READY/, 60_000);
+    await stopStack(stack);
+    // The banner's `set -a; . dev.env; set +a` in a shell, before the rotation.
+    const stale = keysOf(devEnv);
+    const oldKey = stale['EDGE_INGEST_HMAC']!;
+
+    // Step 1 in another shell; the feed switches to the new key (step 2).
+    stack = Proc.bash(ours(docBlock('old=$(sed -n')), f.env);
+    await stack.waitFor(/start: READY/, 60_000);
+    const rotated = keysOf(devEnv);
+    const newKey = rotated['EDGE_INGEST_HMAC']!;
+    assert.match(stack.out, new RegExp(`now holds the ingest HMAC key\\(s\\) this stack runs with \\(from your environment\\): EDGE_INGEST_HMAC ${fp(newKey)}, EDGE_INGEST_HMAC_PREVIOUS ${fp(oldKey)}\n`));
+    assert.match((await client(f, rotated, 'demo-ingest', '0xstale1')).stdout, /^200 /);
+    await stopStack(stack);
+
+    // Step 3 from the stale shell: refused, naming the environment's (old) key and dev.env's (new) one.
+    const line = await refused(Proc.bash(ours(docBlock('EDGE_INGEST_HMAC_PREVIOUS= npm start')), { ...f.env, ...stale }),
+      /^npm start: EDGE_INGEST_HMAC in your environment \(sha256:[0-9a-f]{8}\) is not the key this stack last ran with \(sha256:[0-9a-f]{8}, in '[^']+dev\.env'\).*refresh it \(set -a; \. '[^']+dev\.env'; set \+a\)/);
+    assert.ok(line.includes(`(${fp(oldKey)})`) && line.includes(`(${fp(newKey)}, in`), line);
+    // A plain start from that shell likewise.
+    await refused(Proc.npm({ ...f.env, ...stale }), /^npm start: EDGE_INGEST_HMAC in your environment/);
+
+    // The doc's refresh, then step 3: the rotation ends on the new key.
+    stack = Proc.bash(ours(docBlock('set -a; . ./.run/dev.env; set +a')), { ...f.env, ...stale });
+    await stack.waitFor(/start: READY/, 60_000);
+    const ended = keysOf(devEnv);
+    assert.equal(ended['EDGE_INGEST_HMAC'], newKey);
+    assert.equal(ended['EDGE_INGEST_HMAC_PREVIOUS'], undefined);
+    assert.match((await client(f, ended, 'demo-ingest', '0xstale2')).stdout, /^200 /, 'the feed on the new key is accepted');
+    assert.match((await client(f, stale, 'demo-ingest', '0xstale3')).stdout, /^401 .*unauthorized/, 'the retired key is refused');
+    await stopStack(stack);
+
+    // A shell that sourced dev.env during the rotation would accept the retired key again: refused.
+    await refused(Proc.npm({ ...f.env, ...rotated }),
+      new RegExp(`^npm start: EDGE_INGEST_HMAC_PREVIOUS in your environment \\(${fp(oldKey)}\\) is not the previous key this stack last ran with \\(none, in`));
+    await nothingLeft(f);
+  } finally {
+    cleanUp(f);
+  }
+});
+
+test('npm start with a REDIS_URL that does not answer: one "waiting for Redis" line, the TS service starts once it answers; its Redis errors one line per 10 s; a Redis that never answers ends the start after 30 s naming the cause', { timeout: 120_000 }, async () => {
+  const redis = await PrivateRedis.start();
+  await redis.stop();
+  const late = await fresh({ REDIS_URL: redis.url });
+  const closedPort = await freePort();
+  const never = await fresh({ REDIS_URL: `redis://:pw@127.0.0.1:${closedPort}/0` });
+  try {
+    const t0 = Date.now();
+    const neverProc = Proc.npm(never.env);
+    const stack = Proc.npm(late.env);
+    await stack.waitFor(/npm start: waiting for Redis at /, 30_000);
+    await sleep(2000);
+    await redis.resume();
+    await stack.waitFor(/start: READY/, 60_000);
+    assert.equal(stack.out.match(/waiting for Redis/g)?.length, 1, stack.out);
+    assert.match(stack.out, new RegExp(`npm start: waiting for Redis at redis://127\\.0\\.0\\.1:${redis.port}/0 \\(REDIS_URL\\): the TS service starts once it answers \\(at most 30 s\\)\nnpm start: Redis at redis://127\\.0\\.0\\.1:${redis.port}/0 answers\n`));
+    assert.doesNotMatch(stack.out, /redis error|subscriber error/, 'the TS service started once Redis answered');
+
+    // Redis goes away under the running stack: each connection's error once, not one per reconnect.
+    const from = stack.out.length;
+    await redis.stop();
+    await sleep(5000);
+    const errors = stack.out.slice(from).split('\n').filter((l) => /"msg":"(redis error|market store subscriber error)/.test(l));
+    const byMsg = Object.groupBy(errors, (l) => /"msg":"([^"]+)"/.exec(l)![1]!);
+    assert.ok(errors.length > 0, 'the outage is logged');
+    for (const [msg, lines] of Object.entries(byMsg)) assert.equal(lines!.length, 1, `${msg}: one line in 5 s of reconnects:\n${errors.join('\n')}`);
+    await redis.resume();
+    let status = 0;
+    for (let i = 0; i < 50 && status !== 200; i++) {
+      status = (await fetch(`http://127.0.0.1:${late.ports.EDGE_PORT}/healthz`)).status;
+      if (status !== 200) await sleep(200);
+    }
+    assert.equal(status, 200, 'ready again once Redis is back');
+    process.kill(-stack.child.pid!, 'SIGINT');
+    assert.equal(await stack.exit(20_000), 0, stack.out);
+
+    // Nothing ever listens: after 30 s the start ends, naming Redis and the last error; the TS service never started.
+    assert.equal(await neverProc.exit(60_000), 1, neverProc.out);
+    process.stdout.write(`# unanswered REDIS_URL: the start ended after ${Date.now() - t0} ms\n`);
+    assert.match(neverProc.out, new RegExp(`npm start: Redis at redis://…@127\\.0\\.0\\.1:${closedPort}/0 \\(REDIS_URL\\) did not answer within 30 s \\(connect ECONNREFUSED 127\\.0\\.0\\.1:${closedPort}\\): start it, or fix or unset REDIS_URL`));
+    assert.equal(neverProc.out.match(/waiting for Redis/g)?.length, 1, neverProc.out);
+    assert.doesNotMatch(neverProc.out, /edge-authz|:pw@/, 'no TS service, no password');
+    await nothingLeft(late);
+    await nothingLeft(never);
+  } finally {
+    await redis.stop();
+    cleanUp(late);
+    cleanUp(never);
+  }
+});
+
+test('npm start refused for ports in use writes nothing: no run directory, no dev.env', { timeout: 60_000 }, async () => {
+  const f = await fresh();
+  const holder = createServer().listen(f.ports.EDGE_PORT, '127.0.0.1');
+  await once(holder, 'listening');
+  const newDir = join(f.runDir, 'not-yet');
+  try {
+    for (const env of [f.env, { ...f.env, DEV_RUN_DIR: newDir }]) {
+      const p = Proc.npm(env);
+      assert.equal(await p.exit(30_000), 2, p.out);
+      assert.match(p.lines().join('\n'), new RegExp(`^npm start: ports already in use: EDGE_PORT ${f.ports.EDGE_PORT} by pid ${process.pid} `));
+    }
+    assert.deepEqual(readdirSync(f.runDir), [], 'an existing run directory stays empty (no dev.env)');
+  } finally {
+    holder.close();
+    cleanUp(f);
+  }
+});
+
+test('Ctrl-C while npm start generates its certificates: a clean stop, no openssl stack trace, nothing left', { timeout: 60_000 }, async () => {
+  const f = await fresh();
+  // An openssl that takes 2 s for the first CA, so the Ctrl-C lands while it runs.
+  const bin = join(f.runDir, 'slow-bin');
+  mkdirSync(bin);
+  const real = execFileSync('sh', ['-c', 'command -v openssl']).toString().trim();
+  writeFileSync(join(bin, 'openssl'), `#!/bin/sh\ncase "$*" in *backend-ca.key*) : > ${bin}/running; sleep 2;; esac\nexec ${real} "$@"\n`, { mode: 0o755 });
+  const runDir = join(f.runDir, 'run');
+  const env = { ...f.env, DEV_RUN_DIR: runDir, PATH: `${bin}:${f.env['PATH'] ?? ''}` };
+  try {
+    const p = Proc.npm(env);
+    for (let i = 0; i < 300 && !existsSync(join(bin, 'running')); i++) await sleep(50);
+    assert.ok(existsSync(join(bin, 'running')), `openssl ran:\n${p.out}`);
+    process.kill(-p.child.pid!, 'SIGINT'); // Ctrl-C: the terminal's process group
+    assert.equal(await p.exit(30_000), 0, p.out);
+    assert.doesNotMatch(p.out, /internal error|Error:|\n\s+at /, p.out);
+    assert.match(p.out, /npm start: stopped in/);
+    await nothingLeft({ ...f, runDir });
+  } finally {
+    cleanUp({ ...f, runDir });
+    cleanUp(f);
+  }
+});
+
+test('npm start keeps its development PKI: a rotated client certificate and the CAs survive a restart; an expiring certificate is issued again', { timeout: 180_000 }, async () => {
+  const f = await fresh({ ORDER_BACKEND_MAX_CONN_SECS: '1' });
+  const pki = join(f.runDir, 'pki');
+  const stopStack = async (p: Proc): Promise<void> => {
+    process.kill(-p.child.pid!, 'SIGINT');
+    assert.equal(await p.exit(20_000), 0, p.out);
+  };
+  const cas = (): string[] => ['backend-ca', 'client-ca'].map((n) => readFileSync(join(pki, `${n}.crt`), 'utf8'));
+  const cnOf = (file: string): string => new X509Certificate(readFileSync(file)).subject;
+  try {
+    let stack = Proc.npm(f.env);
+    await stack.waitFor(/start: READY/, 60_000);
+    await stopStack(stack);
+    const firstCas = cas();
+    const backendCert = readFileSync(join(pki, 'backend.crt'), 'utf8');
+
+    // A client certificate rotated with the stack stopped, then a restart: both kept.
+    const rotate = Proc.npm(f.env, ['npm', 'start', '--', '--rotate-client-cert']);
+    assert.equal(await rotate.exit(30_000), 0, rotate.out);
+    const rotatedCn = cnOf(join(pki, 'client/tls.crt'));
+    assert.match(rotatedCn, /^CN=edge-client-\d{6,}$/);
+    stack = Proc.npm(f.env);
+    await stack.waitFor(/start: READY/, 60_000);
+    assert.doesNotMatch(stack.out, /issued again/, stack.out);
+    assert.deepEqual(cas(), firstCas, 'the CAs are kept');
+    assert.equal(readFileSync(join(pki, 'backend.crt'), 'utf8'), backendCert, 'the backend certificate is kept');
+    assert.equal(cnOf(join(pki, 'client/tls.crt')), rotatedCn, 'the rotated client certificate is kept');
+    const keys = keysOf(join(f.runDir, 'dev.env'));
+    assert.match((await client(f, keys, 'demo-ingest', '0xpki')).stdout, /^200 /);
+    writeFileSync(join(f.runDir, 'o.bin'), randomBytes(32));
+    assert.match((await client(f, keys, 'order', '0xpki', '1', join(f.runDir, 'o.bin'))).stdout, /^200 /);
+    await stack.waitFor(new RegExp(`"clientCert":"${rotatedCn.slice(3)}"`), 5000);
+    await stopStack(stack);
+
+    // The backend certificate re-signed for 1 day only (under RENEW_DAYS): issued again, the CAs kept.
+    execFileSync('openssl', ['x509', '-req', '-in', 'backend.csr', '-CA', 'backend-ca.crt', '-CAkey', 'backend-ca.key', '-days', '1',
+      '-out', 'backend.crt', '-extfile', 'backend.ext'], { cwd: pki, stdio: 'ignore' });
+    stack = Proc.npm(f.env);
+    await stack.waitFor(/start: READY/, 60_000);
+    assert.match(stack.out, /\(certificates in '[^']+\/pki'; issued again, as missing or expiring within 7 days: backend\)/);
+    const renewed = new X509Certificate(readFileSync(join(pki, 'backend.crt')));
+    assert.ok(Date.parse(renewed.validTo) - Date.now() > 25 * 86_400_000, renewed.validTo);
+    assert.deepEqual(cas(), firstCas);
+    assert.equal(cnOf(join(pki, 'client/tls.crt')), rotatedCn);
+    await sleep(1100); // ORDER_BACKEND_MAX_CONN_SECS=1: a new connection meets the new server certificate
+    assert.match((await client(f, keys, 'order', '0xpki', '1', join(f.runDir, 'o.bin'))).stdout, /^200 /);
+    await stopStack(stack);
+    await nothingLeft(f);
+  } finally {
+    cleanUp(f);
+  }
+});
+
+test('docs as written against npm start: the openssl signed ingest of docs/api.md; the GeoIP replacement snippets of docs/operations.md show the count moved (default reload interval)', { timeout: 120_000 }, async () => {
+  const f = await fresh();
+  const ours = (block: string): string => block.replaceAll('.run/', `${f.runDir}/`)
+    .replaceAll('127.0.0.1:8080', `127.0.0.1:${f.ports.EDGE_PORT}`).replaceAll('127.0.0.1:9464', `127.0.0.1:${f.ports.AUTHZ_ADMIN_PORT}`);
+  const stack = Proc.npm(f.env);
+  try {
+    await stack.waitFor(/start: READY/, 60_000);
+    const api = readFileSync(join(ROOT, 'docs/api.md'), 'utf8');
+    const block = /^```sh\n(cd \.run\/[\s\S]*?)^```$/m.exec(api)?.[1];
+    assert.ok(block !== undefined && block.includes('openssl pkeyutl -sign -inkey feed-private.pem'), 'docs/api.md has the signed ingest');
+    const signed = Proc.bash(`set -eo pipefail\n${ours(block)}`, f.env);
+    assert.equal(await signed.exit(30_000), 0, signed.out);
+    assert.match(signed.out, /^\{"status":"stored","conditionId":"0x7c01","seq":\d+\}\n$/, signed.out);
+    const markets = await (await fetch(`http://127.0.0.1:${f.ports.EDGE_PORT}/v1/markets?conditionId=0x7c01`)).json() as { markets: unknown[] };
+    assert.equal(markets.markets.length, 1);
+
+    // The snippets print the counter after the reload (GEOIP_RELOAD_INTERVAL_MS 2 s, unset here).
+    const good = Proc.bash(ours(docBlock('cp node_modules/')), f.env);
+    assert.equal(await good.exit(40_000), 0, good.out);
+    assert.equal(good.out, 'edge_geoip_reloads_total{result="ok"} 1\nedge_geoip_reloads_total{result="failed"} 0\n');
+    const bad = Proc.bash(ours(docBlock('head -c 4096 /dev/urandom')), f.env);
+    assert.equal(await bad.exit(40_000), 0, bad.out);
+    assert.equal(bad.out, 'edge_geoip_reloads_total{result="ok"} 1\nedge_geoip_reloads_total{result="failed"} 1\n');
+  } finally {
+    process.kill(-stack.child.pid!, 'SIGINT');
+    await stack.exit(20_000);
+    cleanUp(f);
   }
 });

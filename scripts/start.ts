@@ -1,9 +1,9 @@
 /**
  * `npm start`: the whole local stack in the foreground, supervised.
  *
- *   Redis (a private redis-server when one is installed and REDIS_URL is unset; else the
- *   in-memory stores) · development certificates and keys (generated into .run/, never
- *   committed) · the demo mTLS order backend (unless ORDER_BACKEND_URL is set) · the TS
+ *   Redis (a private redis-server when one is installed and REDIS_URL is unset; a REDIS_URL
+ *   given must answer within 30 s; else the in-memory stores) · development certificates and
+ *   keys (generated into .run/, never committed; kept across starts) · the demo mTLS order backend (unless ORDER_BACKEND_URL is set) · the TS
  *   service · Envoy. Every setting of the README is honoured. Ready when the TS service's
  *   GET /healthz (MARKET_PORT) and Envoy's admin GET /ready (ENVOY_ADMIN_PORT) answer 200; the
  *   banner then says what GET http://127.0.0.1:$EDGE_PORT/healthz answers this machine (200,
@@ -14,7 +14,9 @@
  * development ones): a bad one ends it with one line naming the variable and what was expected,
  * exit code 2, nothing started. Unknown settings with the project's prefixes, and near misses of
  * known ones, are reported (STRICT_SETTINGS=1 refuses them). A stack already running from the
- * same run directory (its pid file, start.pid) or on the same ports is named, exit code 2.
+ * same run directory (its pid file, start.pid) or on the same ports is named, exit code 2, and
+ * so are ingest HMAC keys in the environment that would undo a rotation (a stale shell). A
+ * refused start writes nothing.
  *
  * Each child runs in its own process group, so a Ctrl-C at the terminal reaches this process
  * only (package.json `exec`s it, so npm's signals do too), and it stops the stack in dependency
@@ -27,19 +29,20 @@
  * development client CA and publishes it atomically; the running Envoy loads it (docs/operations.md).
  */
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
-import { generateKeyPairSync, randomBytes } from 'node:crypto';
+import { createHash, generateKeyPairSync, randomBytes, timingSafeEqual } from 'node:crypto';
 import { copyFileSync, existsSync, mkdirSync, readdirSync, readFileSync, readlinkSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { connect, createServer } from 'node:net';
 import { join, relative } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { fileURLToPath } from 'node:url';
+import { createRedis, neverSent } from '../authz/src/common/adapters/redis.ts';
 import { withServiceRuntime } from '../authz/src/common/runtime-env.ts';
 import { checkSettingNames, ConfigError, DEFAULT_GEOIP_DB, loadConfig, type Config } from '../authz/src/common/config.ts';
 import { checkDatabases } from '../authz/src/common/adapters/databases.ts';
-import { loadCredentials, secretSetting } from '../authz/src/common/credentials.ts';
+import { loadCredentials, parseHmacKey, secretSetting } from '../authz/src/common/credentials.ts';
 import { envoyBinary } from '../envoy/envoy-bin.ts';
 import { renderEnvoy } from '../envoy/render.ts';
-import { generateDevPki, issue, publishClientCert } from './dev/certs.ts';
+import { ensureDevPki, issue, publishClientCert, RENEW_DAYS } from './dev/certs.ts';
 
 const ROOT = fileURLToPath(new URL('../', import.meta.url));
 
@@ -138,32 +141,108 @@ function checkSettings(): Plan {
     if (other !== undefined) throw new ConfigError(name, `a port other than ${other}'s`, String(port));
     seen.set(port, name);
   }
-  try {
-    mkdirSync(RUN, { recursive: true, mode: 0o700 });
-  } catch (err) {
-    throw new ConfigError('DEV_RUN_DIR', 'a directory npm start can create and write', `${RUN}: ${(err as NodeJS.ErrnoException).code ?? String(err)}`);
-  }
   return { config, redisPort: runsRedis ? redisPort : undefined, backendPort: runsBackend ? backendPort : undefined, ports, unknown: unknown.map((u) => u.name) };
 }
 
+interface DevSecrets {
+  /** dev.env's settings. */
+  readonly values: Record<string, string>;
+  /** dev.env's text when there is none yet: written by createRunDir, once the start is not refused. */
+  readonly fresh: string | undefined;
+}
+
 /** Development secrets: generated once into dev.env (mode 0600), reused across restarts. */
-function devSecrets(): Record<string, string> {
+function devSecrets(): DevSecrets {
   const file = join(RUN, 'dev.env');
+  let fresh: string | undefined;
   if (!existsSync(file)) {
     const { privateKey, publicKey } = generateKeyPairSync('ed25519');
     const seed = Buffer.from(privateKey.export({ format: 'jwk' }).d ?? '', 'base64url').toString('hex');
     const pub = Buffer.from(publicKey.export({ format: 'jwk' }).x ?? '', 'base64url').toString('hex');
-    writeFileSync(file, [
+    fresh = [
       `EDGE_INGEST_HMAC=hex:${randomBytes(32).toString('hex')}`,
       `EDGE_FEED_ED25519_PUBLIC_KEY=${pub}`,
       `# The feed's private key: used only by scripts/edge-client.ts to sign demo documents.`,
       `EDGE_FEED_ED25519_KEY=${seed}`,
-    ].join('\n') + '\n', { mode: 0o600 });
+    ].join('\n') + '\n';
   }
-  return Object.fromEntries(readFileSync(file, 'utf8').split('\n').filter((l) => /^[A-Z0-9_]+=/.test(l)).map((l) => {
+  const values = Object.fromEntries((fresh ?? readFileSync(file, 'utf8')).split('\n').filter((l) => /^[A-Z0-9_]+=/.test(l)).map((l) => {
     const i = l.indexOf('=');
     return [l.slice(0, i), l.slice(i + 1)];
   }));
+  return { values, fresh };
+}
+
+/**
+ * The run directory and a new dev.env, written only once nothing refuses the start (a refused
+ * start, e.g. for ports in use, leaves no trace). An unusable DEV_RUN_DIR is a setting error.
+ */
+function createRunDir(secrets: DevSecrets): void {
+  try {
+    mkdirSync(RUN, { recursive: true, mode: 0o700 });
+    if (secrets.fresh !== undefined) {
+      const file = join(RUN, 'dev.env');
+      writeFileSync(`${file}.tmp`, secrets.fresh, { mode: 0o600 });
+      renameSync(`${file}.tmp`, file);
+    }
+  } catch (err) {
+    throw new ConfigError('DEV_RUN_DIR', 'a directory npm start can create and write', `${RUN}: ${(err as NodeJS.ErrnoException).code ?? String(err)}`);
+  }
+}
+
+/** Names an ingest HMAC key in messages without revealing it: the first 8 hex digits of the SHA-256 of its bytes. */
+function fingerprint(name: string, value: string): string {
+  const key = parseHmacKey(name, value);
+  const hash = createHash('sha256').update(key).digest('hex').slice(0, 8);
+  key.fill(0);
+  return `sha256:${hash}`;
+}
+
+/** Whether setting `name`'s value `a` and dev.env's `b` are the same key (as bytes: hex:, base64: or text alike). */
+function sameKey(name: string, a: string, b: string): boolean {
+  const x = parseHmacKey(name, a);
+  const y = parseHmacKey(name, b);
+  const same = x.length === y.length && timingSafeEqual(x, y);
+  x.fill(0);
+  y.fill(0);
+  return same;
+}
+
+/**
+ * A shell that sourced dev.env (the banner's `set -a; . dev.env`) before a rotation still exports
+ * the old key: a start from it would make the old key current again and rewrite dev.env to match,
+ * and a feed already signing with the new key would get 401. So the environment's ingest keys may
+ * differ from those dev.env holds (the keys the stack last ran with) only as the documented
+ * rotation does (docs/operations.md "Ingest HMAC key"): a new EDGE_INGEST_HMAC with dev.env's
+ * current key as EDGE_INGEST_HMAC_PREVIOUS (step 1), or the same EDGE_INGEST_HMAC with the
+ * previous key emptied (step 3). Anything else is refused (exit 2) naming both keys by
+ * fingerprint: a warning would scroll past while the stack starts, after dev.env was rewritten.
+ */
+function refuseStaleKeys(file: Record<string, string>): void {
+  const current = secretSetting(env, 'EDGE_INGEST_HMAC');
+  const previous = secretSetting(env, 'EDGE_INGEST_HMAC_PREVIOUS');
+  const fileCurrent = file['EDGE_INGEST_HMAC'];
+  const filePrevious = file['EDGE_INGEST_HMAC_PREVIOUS'] ?? '';
+  if (current === undefined || fileCurrent === undefined) return; // dev.env's keys are used, or dev.env names none
+  try {
+    parseHmacKey('EDGE_INGEST_HMAC', fileCurrent);
+    if (filePrevious !== '') parseHmacKey('EDGE_INGEST_HMAC_PREVIOUS', filePrevious);
+  } catch {
+    return; // dev.env edited by hand into something that is not a key: the environment's keys replace it
+  }
+  const refresh = `a shell that sourced dev.env before a rotation keeps the old keys: refresh it (set -a; . ${shown('dev.env')}; set +a) `
+    + 'or unset EDGE_INGEST_HMAC EDGE_INGEST_HMAC_PREVIOUS, then start again (docs/operations.md "Ingest HMAC key")';
+  if (!sameKey('EDGE_INGEST_HMAC', current, fileCurrent)) {
+    if (previous !== undefined && previous !== '' && sameKey('EDGE_INGEST_HMAC_PREVIOUS', previous, fileCurrent)) return; // a rotation: step 1
+    refuse(`EDGE_INGEST_HMAC in your environment (${fingerprint('EDGE_INGEST_HMAC', current)}) is not the key this stack last ran with `
+      + `(${fingerprint('EDGE_INGEST_HMAC', fileCurrent)}, in ${shown('dev.env')}), nor is that key your EDGE_INGEST_HMAC_PREVIOUS: `
+      + `starting would stop accepting it (feeds signing with it would get 401); ${refresh}; to rotate, give it as EDGE_INGEST_HMAC_PREVIOUS`);
+  }
+  if (previous !== undefined && previous !== '' && (filePrevious === '' || !sameKey('EDGE_INGEST_HMAC_PREVIOUS', previous, filePrevious))) {
+    refuse(`EDGE_INGEST_HMAC_PREVIOUS in your environment (${fingerprint('EDGE_INGEST_HMAC_PREVIOUS', previous)}) is not the previous key `
+      + `this stack last ran with (${filePrevious === '' ? 'none' : fingerprint('EDGE_INGEST_HMAC_PREVIOUS', filePrevious)}, in ${shown('dev.env')}): `
+      + `starting would accept a retired key again; ${refresh}`);
+  }
 }
 
 /**
@@ -186,7 +265,12 @@ function keepDevEnvCurrent(): void {
   if (after !== before) {
     writeFileSync(`${file}.tmp`, after, { mode: 0o600 });
     renameSync(`${file}.tmp`, file);
-    say(`${shown('dev.env')} now holds the ingest HMAC key(s) this stack runs with (from your environment)`);
+    const named = (name: string): string => {
+      const value = secretSetting(env, name) ?? '';
+      return `${name} ${value === '' ? 'none' : fingerprint(name, value)}`;
+    };
+    say(`${shown('dev.env')} now holds the ingest HMAC key(s) this stack runs with (from your environment): `
+      + `${named('EDGE_INGEST_HMAC')}, ${named('EDGE_INGEST_HMAC_PREVIOUS')}`);
   }
 }
 
@@ -391,6 +475,44 @@ const tcpOpen = (port: number) => (): Promise<Probe> => new Promise((resolve) =>
   sock.once('error', (err) => resolve({ ok: false, answer: `127.0.0.1:${port}: ${failure(err)}` }));
 });
 
+/** How messages show a REDIS_URL: without its password. */
+const redisShown = (url: string): string => url.replace(/^([a-z+]+:\/\/)[^@/]*@/, '$1…@');
+/** How long a REDIS_URL given in the environment may take to answer before the stack gives up. */
+const REDIS_WAIT_MS = 30_000;
+
+/**
+ * A REDIS_URL given in the environment (not this stack's redis-server) answers PING before the
+ * TS service starts: the service would start anyway and log a reconnect error after another,
+ * and the stack would never become ready. One line while waiting; after `ms` the last error.
+ * Returns undefined once it answers, else that error.
+ */
+async function waitForRedis(url: string, ms: number): Promise<string | undefined> {
+  const client = createRedis(url, { connectTimeout: 1000 });
+  let last = 'no answer';
+  client.on('error', (err: Error) => { last = err.message; });
+  const end = Date.now() + ms;
+  let said = false;
+  try {
+    while (!stopping) {
+      try {
+        if (await client.ping() === 'PONG') {
+          if (said) say(`Redis at ${redisShown(url)} answers`);
+          return undefined;
+        }
+      } catch (err) {
+        if (!neverSent(err)) last = (err as Error).message; // else: not connected; the connection's error says why
+      }
+      if (Date.now() >= end) return last;
+      if (!said) say(`waiting for Redis at ${redisShown(url)} (REDIS_URL): the TS service starts once it answers (at most ${ms / 1000} s)`);
+      said = true;
+      await sleep(250);
+    }
+    return last;
+  } finally {
+    client.disconnect();
+  }
+}
+
 /** SIGTERM, then up to `ms` for it to exit; SIGKILL to its process group after that. */
 async function halt(svc: Service | undefined, ms: number): Promise<void> {
   const run = svc?.run;
@@ -450,10 +572,12 @@ if (process.argv.includes('--rotate-client-cert')) {
 // Start.
 
 let plan: Plan;
+let secrets: DevSecrets;
 try {
   plan = checkSettings();
-  const secrets = devSecrets();
-  for (const [k, v] of Object.entries(secrets)) {
+  secrets = devSecrets();
+  if (secrets.fresh === undefined) refuseStaleKeys(secrets.values);
+  for (const [k, v] of Object.entries(secrets.values)) {
     // A key given in the environment, directly or as a file, wins over dev.env's.
     if (k !== 'EDGE_FEED_ED25519_KEY' && env[k] === undefined && env[`${k}_FILE`] === undefined) env[k] = v;
   }
@@ -463,6 +587,12 @@ try {
   throw err;
 }
 await refuseIfRunning(plan);
+try {
+  createRunDir(secrets);
+} catch (err) {
+  if (err instanceof ConfigError) refuse(err.message);
+  throw err;
+}
 keepDevEnvCurrent();
 shutdownGraceMs = plan.config.shutdownGraceMs;
 envoyAdminPort = plan.config.envoyAdminPort;
@@ -547,7 +677,8 @@ if (plan.redisPort !== undefined) {
 
 // Order backend: honour ORDER_BACKEND_URL; else the demo mTLS backend (scripts/dev/order-backend-main.ts).
 if (plan.backendPort !== undefined) {
-  const pki = generateDevPki(join(RUN, 'pki'));
+  const pkiExisted = existsSync(join(RUN, 'pki', 'client-ca.crt'));
+  const pki = ensureDevPki(join(RUN, 'pki'));
   const port = plan.backendPort !== 0 ? plan.backendPort : await new Promise<number>((resolve) => {
     const s = createServer().listen(0, '127.0.0.1', () => {
       const a = s.address();
@@ -571,7 +702,8 @@ if (plan.backendPort !== undefined) {
     EDGE_CLIENT_KEY_FILE: pki.clientKeyFile,
   });
   starting.push(waitFor(backend.ready, 15_000).then((p) => [backend, p]));
-  say(`demo mTLS order backend on https://localhost:${port} (certificates in ${shown('pki')})`);
+  const renewed = pkiExisted && pki.issued.length > 0 ? `; issued again, as missing or expiring within ${RENEW_DAYS} days: ${pki.issued.join(', ')}` : '';
+  say(`demo mTLS order backend on https://localhost:${port} (certificates in ${shown('pki')}${renewed})`);
 }
 for (const [svc, p] of await Promise.all(starting)) {
   if (!p.ok && !stopping) {
@@ -582,6 +714,15 @@ for (const [svc, p] of await Promise.all(starting)) {
 /** A child exited while starting: stop() is under way and ends the process. */
 const stopped = (): Promise<never> => new Promise<never>(() => undefined);
 if (stopping) await stopped();
+if (plan.redisPort === undefined && !blank('REDIS_URL')) {
+  const url = env['REDIS_URL'] ?? '';
+  const failed = await waitForRedis(url, REDIS_WAIT_MS);
+  if (failed !== undefined && !stopping) {
+    say(`Redis at ${redisShown(url)} (REDIS_URL) did not answer within ${REDIS_WAIT_MS / 1000} s (${failed}): start it, or fix or unset REDIS_URL`);
+    await stop(1);
+  }
+  if (stopping) await stopped();
+}
 
 const config = loadConfig(env);
 const authz: Service = {

@@ -14,7 +14,7 @@ import { createGeoClassifier } from './authz/stages/geo.ts';
 import { withAnonymizer } from './authz/stages/anonymizer.ts';
 import { configWarnings, type Config } from './common/config.ts';
 import { loadCredentials } from './common/credentials.ts';
-import type { Logger } from './common/log.ts';
+import { throttledWarn, type Logger } from './common/log.ts';
 import { createMarketStore, writeTimeoutMs } from './market/wiring.ts';
 import { createMarketService } from './market/http.ts';
 import { createMetrics, type AuthzMetrics } from './common/metrics.ts';
@@ -36,6 +36,12 @@ export interface App {
 
 /** Why a replacement database was refused: the check's one line, or the reader's error. */
 const reasonOf = (err: unknown): string => (err instanceof Error ? err.message : String(err));
+/** A connection's errors, one line per 10 s while it keeps failing (it retries every ≤ 1 s); at once again after it was ready. */
+function onRedisError(redis: Redis, logger: Logger, msg: string): void {
+  const log = throttledWarn(logger, msg);
+  redis.on('error', (err: Error) => log.warn({ err: err.message }));
+  redis.on('ready', () => log.reset());
+}
 
 export async function createApp(config: Config, logger: Logger, hooks: { onSealed?: () => void } = {}): Promise<App> {
   const warnings: string[] = [];
@@ -75,7 +81,7 @@ export async function createApp(config: Config, logger: Logger, hooks: { onSeale
   let redis: Redis | undefined;
   if (config.redisUrl !== undefined) {
     redis = createRedis(config.redisUrl);
-    redis.on('error', (err: Error) => logger.warn({ err: err.message }, 'redis error'));
+    onRedisError(redis, logger, 'redis error');
   } else {
     logger.warn('REDIS_URL is not set: using IN-MEMORY nonce and market stores. Single instance, development only — ' +
       'nonces and markets are not shared between processes and are lost on restart.');
@@ -88,7 +94,7 @@ export async function createApp(config: Config, logger: Logger, hooks: { onSeale
   let limiterRedis: Redis | undefined;
   if (config.redisUrl !== undefined) {
     limiterRedis = createRedis(config.redisUrl, { enableAutoPipelining: false });
-    limiterRedis.on('error', (err: Error) => logger.warn({ err: err.message }, 'redis error (rate limit connection)'));
+    onRedisError(limiterRedis, logger, 'redis error (rate limit connection)');
   }
   const buckets = limiterRedis !== undefined ? new RedisBuckets(limiterRedis, config, metrics.rateLimitRedisCall) : undefined;
   // REDIS_MIN_REPLICAS ≥ 1: nonces and market records are written on a connection of their own
@@ -96,7 +102,7 @@ export async function createApp(config: Config, logger: Logger, hooks: { onSeale
   let replicas: ReplicaWait | undefined;
   if (config.redisUrl !== undefined && config.redisMinReplicas > 0) {
     const writes = createRedis(config.redisUrl, { commandTimeout: writeTimeoutMs(config) });
-    writes.on('error', (err: Error) => logger.warn({ err: err.message }, 'redis error (write connection)'));
+    onRedisError(writes, logger, 'redis error (write connection)');
     replicas = new ReplicaWait(writes, { minReplicas: config.redisMinReplicas, waitMs: config.redisReplicaWaitMs });
     logger.info({ minReplicas: config.redisMinReplicas, waitMs: config.redisReplicaWaitMs }, 'nonces and market records count once replicas confirm them');
   }

@@ -8,7 +8,7 @@
 import cluster from 'node:cluster';
 import { checkSettingNames, loadConfig } from './common/config.ts';
 import { loadCredentials } from './common/credentials.ts';
-import { defaultGeoipWarning } from './common/geoip-default.ts';
+import { defaultGeoipWarning, geoipBuildEpochSecs, staleGeoipWarning } from './common/geoip-default.ts';
 import { createLogger, logOutput } from './common/log.ts';
 import { runPrimary, runSingle, runWorker } from './process.ts';
 
@@ -20,6 +20,9 @@ if (!cluster.isWorker) for (const u of unknownSettings) logger.warn({ setting: u
 // The default GeoIP database is for development and tests (common/geoip-default.ts says why).
 const geoipWarning = defaultGeoipWarning(config.geoipDb);
 if (geoipWarning !== undefined && !cluster.isWorker) logger.warn({ geoipDb: config.geoipDb }, geoipWarning);
+// A database already past EdgeGeoipStale's threshold: the alert will fire; say so (and why) now.
+const staleWarning = cluster.isWorker ? undefined : staleGeoipWarning(config.geoipDb, geoipBuildEpochSecs(config.geoipDb));
+if (staleWarning !== undefined) logger.warn({ geoipDb: config.geoipDb }, staleWarning);
 
 if (config.workers > 1 && cluster.isPrimary) {
   // Validate the credentials before forking (fail fast, naming the variable), then drop them.

@@ -4,10 +4,9 @@
  * licensed GeoIP2 Anonymous IP data cannot be shipped; these files have its layout.
  */
 import { execFileSync } from 'node:child_process';
-import { mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { tempDir } from './temp-dir.ts';
 
 const ROOT = fileURLToPath(new URL('../../', import.meta.url));
 const SCRIPT = fileURLToPath(new URL('./fixtures/make-anonymizer-mmdb.py', import.meta.url));
@@ -36,8 +35,7 @@ let cached: AnonymizerFixtures | undefined;
 /** Generates the databases once per process and returns their paths. */
 export function anonymizerFixtures(): AnonymizerFixtures {
   if (cached !== undefined) return cached;
-  const dir = mkdtempSync(join(tmpdir(), 'edge-anon-'));
-  process.once('exit', () => rmSync(dir, { recursive: true, force: true }));
+  const dir = tempDir('edge-anon-');
   const out = execFileSync(PYTHON, [SCRIPT, dir], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'] });
   cached = Object.freeze({
     dir,

@@ -11,6 +11,7 @@ import { ConfigError, type Env } from '../src/common/config.ts';
 import { loadCredentials, parseHmacKey, publicKeyFromPrivate } from '../src/common/credentials.ts';
 import { decodeStrictBase64 } from '../src/common/rules.ts';
 import { newFeedKey } from './helpers.ts';
+import { withTempDir } from './temp-dir.ts';
 
 const KEY32 = Buffer.from('0102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f20', 'hex');
 const KEY48 = Buffer.from(Array.from({ length: 48 }, (_, i) => (i * 37 + 11) & 0xff));
@@ -277,16 +278,16 @@ test('decodeStrictBase64 – canonical only, at least one byte (the published st
 });
 
 test('secret files – EDGE_INGEST_HMAC_FILE and EDGE_FEED_ED25519_PUBLIC_KEY_FILE are read (trailing newline dropped); a missing file names the variable', async () => {
-  const { mkdtempSync, writeFileSync } = await import('node:fs');
+  const { writeFileSync } = await import('node:fs');
   const { join } = await import('node:path');
-  const { tmpdir } = await import('node:os');
   const { generateKeyPairSync } = await import('node:crypto');
-  const dir = mkdtempSync(join(tmpdir(), 'edge-secret-'));
-  const pub = Buffer.from(generateKeyPairSync('ed25519').publicKey.export({ format: 'jwk' }).x ?? '', 'base64url').toString('hex');
-  writeFileSync(join(dir, 'hmac'), `hex:${'ab'.repeat(32)}\n`, { mode: 0o400 });
-  writeFileSync(join(dir, 'feed'), `${pub}\n`, { mode: 0o400 });
-  const c = loadCredentials({ EDGE_INGEST_HMAC_FILE: join(dir, 'hmac'), EDGE_FEED_ED25519_PUBLIC_KEY_FILE: join(dir, 'feed') });
-  assert.deepEqual(c.hmacKeys[0], Buffer.alloc(32, 0xab));
-  assert.equal(c.feedKeys.length, 1);
-  assert.throws(() => loadCredentials({ EDGE_INGEST_HMAC_FILE: join(dir, 'missing'), EDGE_FEED_ED25519_PUBLIC_KEY: pub }), /EDGE_INGEST_HMAC_FILE/);
+  await withTempDir('edge-secret-', (dir) => {
+    const pub = Buffer.from(generateKeyPairSync('ed25519').publicKey.export({ format: 'jwk' }).x ?? '', 'base64url').toString('hex');
+    writeFileSync(join(dir, 'hmac'), `hex:${'ab'.repeat(32)}\n`, { mode: 0o400 });
+    writeFileSync(join(dir, 'feed'), `${pub}\n`, { mode: 0o400 });
+    const c = loadCredentials({ EDGE_INGEST_HMAC_FILE: join(dir, 'hmac'), EDGE_FEED_ED25519_PUBLIC_KEY_FILE: join(dir, 'feed') });
+    assert.deepEqual(c.hmacKeys[0], Buffer.alloc(32, 0xab));
+    assert.equal(c.feedKeys.length, 1);
+    assert.throws(() => loadCredentials({ EDGE_INGEST_HMAC_FILE: join(dir, 'missing'), EDGE_FEED_ED25519_PUBLIC_KEY: pub }), /EDGE_INGEST_HMAC_FILE/);
+  });
 });

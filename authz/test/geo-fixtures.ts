@@ -4,10 +4,9 @@
  * written into the repository; the directory is removed when the process exits.
  */
 import { execFileSync } from 'node:child_process';
-import { mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { tempDir } from './temp-dir.ts';
 
 const ROOT = fileURLToPath(new URL('../../', import.meta.url));
 const SCRIPT = fileURLToPath(new URL('./fixtures/make-mmdb.py', import.meta.url));
@@ -43,8 +42,7 @@ let cached: GeoFixtures | undefined;
 /** Generates the databases once per process and returns their paths. */
 export function geoFixtures(): GeoFixtures {
   if (cached !== undefined) return cached;
-  const dir = mkdtempSync(join(tmpdir(), 'edge-geo-'));
-  process.once('exit', () => rmSync(dir, { recursive: true, force: true }));
+  const dir = tempDir('edge-geo-');
   const out = execFileSync(PYTHON, [SCRIPT, dir], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'] });
   const p = (name: string): string => join(dir, name);
   cached = Object.freeze({
@@ -65,7 +63,5 @@ export function geoFixtures(): GeoFixtures {
 
 /** A fresh scratch directory for one test (removed at exit), e.g. for reload/rename tests. */
 export function scratchDir(): string {
-  const dir = mkdtempSync(join(tmpdir(), 'edge-geo-scratch-'));
-  process.once('exit', () => rmSync(dir, { recursive: true, force: true }));
-  return dir;
+  return tempDir('edge-geo-scratch-');
 }

@@ -6,9 +6,7 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import { createServer } from 'node:net';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { Socket } from 'node:net';
-import { mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { tempDir } from './temp-dir.ts';
 
 export async function freePort(): Promise<number> {
   return new Promise((resolve, reject) => {
@@ -42,8 +40,11 @@ export class PrivateRedis {
   #proc: ChildProcess | undefined;
   private constructor(port: number) {
     this.port = port;
-    this.dir = mkdtempSync(join(tmpdir(), 'edge-redis-'));
-    process.once('exit', () => rmSync(this.dir, { recursive: true, force: true }));
+    // A test that ends without stop() leaves no redis-server behind; then its data directory goes (temp-dir.ts).
+    process.once('exit', () => {
+      if (this.#proc !== undefined && this.#proc.exitCode === null && this.#proc.signalCode === null) this.#proc.kill('SIGKILL');
+    });
+    this.dir = tempDir('edge-redis-');
   }
   static async start(): Promise<PrivateRedis> {
     const r = new PrivateRedis(await freePort());
@@ -56,6 +57,8 @@ export class PrivateRedis {
   /** (Re)starts redis-server on the same port and waits until it answers. */
   async resume(): Promise<void> {
     this.#proc = spawn('redis-server', ['--port', String(this.port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'yes', '--appendfsync', 'always', '--dir', this.dir], { stdio: 'ignore' });
+    // A test that forgets stop() still ends (then the exit listener above kills the server).
+    this.#proc.unref();
     for (let i = 0; i < 100; i++) {
       if (await answersPing(this.port)) return;
       await sleep(50);
@@ -67,6 +70,7 @@ export class PrivateRedis {
     const p = this.#proc;
     if (p === undefined || p.exitCode !== null) return;
     const exited = new Promise((resolve) => p.once('exit', resolve));
+    p.ref(); // until it has exited
     p.kill('SIGKILL');
     await exited;
     this.#proc = undefined;

@@ -18,13 +18,13 @@
  * Every wait is bounded; `stop()` kills every process and removes the temp dir.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
-import { mkdirSync, mkdtempSync, rmSync, writeFileSync, readFileSync, existsSync } from 'node:fs';
+import { mkdirSync, writeFileSync, readFileSync, existsSync } from 'node:fs';
 import { createServer, Socket, type Server } from 'node:net';
-import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { Redis } from 'ioredis';
 import { freePort } from './redis-server.ts';
+import { removeTempDir, tempDir } from './temp-dir.ts';
 
 export const MASTER_NAME = 'edge';
 
@@ -148,7 +148,11 @@ export class SentinelDeployment {
   #front: LinkProxy | undefined;
 
   private constructor() {
-    this.dir = mkdtempSync(join(tmpdir(), 'edge-sentinel-'));
+    // A test that ends without stop() leaves no redis-server behind; then the directory goes (temp-dir.ts).
+    process.once('exit', () => {
+      for (const n of [...this.nodes, ...this.sentinels]) if (n.proc?.exitCode === null && n.proc.signalCode === null) n.proc.kill('SIGKILL');
+    });
+    this.dir = tempDir('edge-sentinel-');
   }
 
   static async start(opts: SentinelOptions = {}): Promise<SentinelDeployment> {
@@ -311,6 +315,6 @@ export class SentinelDeployment {
     await Promise.race([Promise.all(procs.map(exited)), sleep(5000, undefined, { signal: ac.signal }).catch(() => {})]);
     ac.abort();
     await this.#front?.close();
-    if (process.env['E2E_KEEP'] === undefined) rmSync(this.dir, { recursive: true, force: true });
+    if (process.env['E2E_KEEP'] === undefined) removeTempDir(this.dir);
   }
 }

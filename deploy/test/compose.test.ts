@@ -14,8 +14,7 @@
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync, spawnSync } from 'node:child_process';
-import { chmodSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, statSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { chmodSync, mkdirSync, readFileSync, readdirSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import YAML from 'yaml';
 import { loadConfig } from '../../authz/src/common/config.ts';
@@ -26,6 +25,7 @@ import { COMPOSE_FILES, unsearchableDir } from '../compose-setup.ts';
 import { ROOT } from '../paths.ts';
 import { backendSettings, settingsRead, validateEnvoyThroughMounts } from './support.ts';
 import { COMPOSE_FILE, composeConfig, serviceMounts, type ComposeFile, type Mount } from './tools.ts';
+import { tempDir } from '../../authz/test/temp-dir.ts';
 
 /** The file as compose reads it with no variables set (every default) and no deploy/.env. */
 const defaults = composeConfig();
@@ -37,7 +37,7 @@ let dotenv: Record<string, string>;
 /** The file as compose reads it with the project directory (relative paths, .env) at `out`. */
 let composed: ComposeFile;
 before(() => {
-  out = mkdtempSync(join(tmpdir(), 'edge-compose-'));
+  out = tempDir('edge-compose-');
   chmodSync(out, 0o755);
   execFileSync(join(ROOT, 'scripts/node'), [join(ROOT, 'deploy/compose-setup.ts'), '--out', out], { stdio: 'pipe' });
   dotenv = Object.fromEntries(readFileSync(join(out, COMPOSE_FILES.env), 'utf8').split('\n')
@@ -68,7 +68,7 @@ test('compose – docker-compose config accepts the file with no variable set: e
 });
 
 test('compose – the checks fail when compose does: an unknown option is refused, a variable without a default is reported', () => {
-  const dir = mkdtempSync(join(tmpdir(), 'edge-compose-broken-'));
+  const dir = tempDir('edge-compose-broken-');
   try {
     const text = readFileSync(COMPOSE_FILE, 'utf8');
     const unknown = text.replace('    stop_grace_period: 15s', '    stop_grace_period: 15s\n    not_a_compose_option: true');
@@ -241,7 +241,7 @@ test('compose – the Envoy config the render one-shot writes is valid with the 
 });
 
 test('compose-setup – an --out the containers\' user cannot reach fails with one line naming the directory and the user, and writes nothing', () => {
-  const parent = mkdtempSync(join(tmpdir(), 'edge-compose-private-'));
+  const parent = tempDir('edge-compose-private-');
   try {
     chmodSync(parent, 0o700);
     const target = join(parent, 'deploy-out');

@@ -16,8 +16,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync, spawn, spawnSync } from 'node:child_process';
-import { cpSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { cpSync, mkdirSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import YAML from 'yaml';
@@ -31,6 +30,7 @@ import { ROOT } from '../paths.ts';
 import { CONFIG_HASH_ANNOTATION, GENERATED, K8S_ENV, MOUNTS, PRODUCTION_ENV, renderManifests, SECRETS, SHUTDOWN } from '../k8s/render.ts';
 import { settingsRead, validateEnvoyThroughMounts } from './support.ts';
 import { composeConfig, kubectlVersion, kubernetesValidate, kustomize, yamlDocs, type Resource } from './tools.ts';
+import { tempDir } from '../../authz/test/temp-dir.ts';
 
 const K8S = join(ROOT, 'deploy/k8s');
 /** Every kustomization: the base and each overlay. */
@@ -119,7 +119,7 @@ test('kubernetes – the base and every overlay build with kubectl kustomize and
 });
 
 test('kubernetes – the checks fail when a tool does: kustomize on a broken kustomization, kubernetes-validate on an unknown field', () => {
-  const dir = mkdtempSync(join(tmpdir(), 'edge-k8s-broken-'));
+  const dir = tempDir('edge-k8s-broken-');
   try {
     cpSync(K8S, join(dir, 'k8s'), { recursive: true });
     const base = join(dir, 'k8s/base');
@@ -295,7 +295,7 @@ test('kubernetes – shutdown: Envoy keeps serving while endpoints go, drains, e
 test('kubernetes – the pod\'s Envoy config is valid with the pod\'s volumes as the kubelet lays them out (real envoy --mode validate)', () => {
   for (const rs of Object.keys(KUSTOMIZATIONS).map(build)) {
     const data = find(rs, 'ConfigMap', 'edge-envoy')['data'] as Record<string, string>;
-    const root = mkdtempSync(join(tmpdir(), 'edge-k8s-pod-'));
+    const root = tempDir('edge-k8s-pod-');
     // Secret volumes: the client certificate in the kubelet's ..data layout, the backend CA.
     const pki = generateDevPki(join(root, 'pki'));
     const ca = join(root, 'backend-ca');
@@ -313,7 +313,7 @@ test('kubernetes – the pod\'s Envoy config is valid with the pod\'s volumes as
 
 test('kubernetes + compose – Envoy\'s readiness, preStop drain and health-check scripts work against a real Envoy 1.40 with the manifests\' own arguments', async () => {
   const envoy = container(build('base'), 'envoy');
-  const dir = mkdtempSync(join(tmpdir(), 'edge-k8s-live-'));
+  const dir = tempDir('edge-k8s-live-');
   const pki = generateDevPki(join(dir, 'pki'));
   const [edgePort, adminPort] = [await freePort(), await freePort()];
   const env = { ...K8S_ENV, EDGE_PORT: String(edgePort), ENVOY_ADMIN_PORT: String(adminPort), ORDER_BACKEND_CA_FILE: pki.backendCaFile, EDGE_CLIENT_CERT_FILE: pki.clientCertFile, EDGE_CLIENT_KEY_FILE: pki.clientKeyFile };

@@ -9,8 +9,7 @@
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
-import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { fileURLToPath } from 'node:url';
@@ -20,6 +19,7 @@ import { startFixture, type Fixture } from '../../authz/test/server-fixture.ts';
 import { fakeMarkets, GRPCURL } from '../../authz/test/helpers.ts';
 import { feedPrivateKey, fillPolicy } from '../policy/fill.ts';
 import { loadPackageDefinition } from '../../proto/index.ts';
+import { tempDir } from '../../authz/test/temp-dir.ts';
 
 const run = promisify(execFile);
 const DIR = fileURLToPath(new URL('../policy/', import.meta.url));
@@ -72,7 +72,7 @@ for (const file of templates) {
 }
 
 test('policy – fill.ts as a command: signs with the keys from the environment (*_FILE as the service reads them)', async () => {
-  const dir = mkdtempSync(join(tmpdir(), 'edge-policy-'));
+  const dir = tempDir('edge-policy-');
   writeFileSync(join(dir, 'hmac'), `hex:${f.hmacKey.toString('hex')}\n`, { mode: 0o400 });
   writeFileSync(join(dir, 'feed'), `${f.feedSeedHex}\n`, { mode: 0o400 });
   const { stdout } = await run(join(ROOT, 'scripts/node'), [join(DIR, 'fill.ts'), join(DIR, 'ingest-good.json')], {

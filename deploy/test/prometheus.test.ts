@@ -7,12 +7,12 @@
  */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import YAML from 'yaml';
 import { ROOT } from '../paths.ts';
 import { promtool } from './tools.ts';
+import { tempDir } from '../../authz/test/temp-dir.ts';
 
 interface Rule { alert: string; expr: string; labels: { severity: string }; annotations: { summary: string } }
 const ALERTS = join(ROOT, 'deploy/prometheus/alerts.yaml');
@@ -20,7 +20,7 @@ const rules = (YAML.parse(readFileSync(ALERTS, 'utf8')) as { groups: { rules: Ru
 
 /** Runs `promtool <args…> <file>` on `text` written to a temporary file. */
 function promtoolOn(args: readonly string[], name: string, text: string): { status: number; output: string } {
-  const dir = mkdtempSync(join(tmpdir(), 'edge-promtool-'));
+  const dir = tempDir('edge-promtool-');
   try {
     writeFileSync(join(dir, name), text);
     const r = promtool([...args, join(dir, name)], dir);

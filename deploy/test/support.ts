@@ -3,14 +3,14 @@
  * `envoy --mode validate` of a config as a container would see it through its mounts.
  */
 import assert from 'node:assert/strict';
-import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import YAML from 'yaml';
 import { loadConfig, type Env } from '../../authz/src/common/config.ts';
 import { loadCredentials } from '../../authz/src/common/credentials.ts';
 import { validateBootstrap } from '../../envoy/envoy-bin.ts';
 import { ROOT } from '../paths.ts';
+import { tempDir } from '../../authz/test/temp-dir.ts';
 
 /**
  * Every environment variable name the TS service (config.ts + credentials.ts) and the Envoy
@@ -25,7 +25,7 @@ export function settingsRead(): Set<string> {
       return target[key as string];
     },
   });
-  const dir = mkdtempSync(join(tmpdir(), 'edge-settings-'));
+  const dir = tempDir('edge-settings-');
   const file = (name: string, text: string): string => {
     writeFileSync(join(dir, name), text);
     return join(dir, name);
@@ -76,7 +76,7 @@ export function envoyPaths(yamlText: string): string[] {
  * exist on the host; then the real `envoy --mode validate` runs with those paths mapped.
  */
 export function validateEnvoyThroughMounts(files: Readonly<Record<string, string>>, bootstrapPath: string, mounts: readonly (readonly [string, string])[]): void {
-  const root = mkdtempSync(join(tmpdir(), 'edge-envoy-validate-'));
+  const root = tempDir('edge-envoy-validate-');
   const byLength = [...mounts].sort((a, b) => b[0].length - a[0].length);
   const hostOf = (p: string): string => {
     if (files[p] !== undefined) return join(root, p);

@@ -13,11 +13,11 @@
  * A missing tool is an error that says how to install it: a check never skips.
  */
 import { spawnSync } from 'node:child_process';
-import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { existsSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import YAML from 'yaml';
 import { ROOT } from '../paths.ts';
+import { tempDir } from '../../authz/test/temp-dir.ts';
 
 interface Tool { readonly bin: string; readonly install: string }
 
@@ -77,7 +77,7 @@ export function kustomize(dir: string): string {
  * (bundled, offline): unknown fields are errors. Returns the exit status and what it reported.
  */
 export function kubernetesValidate(yamlText: string, version: string): ToolRun {
-  const dir = mkdtempSync(join(tmpdir(), 'edge-k8s-validate-'));
+  const dir = tempDir('edge-k8s-validate-');
   try {
     writeFileSync(join(dir, 'manifests.yaml'), yamlText);
     return runTool('kubernetesValidate', ['--strict', '--quiet', '-k', version, join(dir, 'manifests.yaml')]);
@@ -141,7 +141,7 @@ export interface ComposeConfigOptions {
  * Throws with compose's message when the file is invalid.
  */
 export function composeConfig(opts: ComposeConfigOptions = {}): { file: ComposeFile; warnings: string[] } {
-  const dir = mkdtempSync(join(tmpdir(), 'edge-compose-config-'));
+  const dir = tempDir('edge-compose-config-');
   try {
     let envFile = opts.envFile;
     if (envFile === undefined) writeFileSync(envFile = join(dir, 'empty.env'), '');

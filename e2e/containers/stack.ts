@@ -21,9 +21,8 @@
  */
 import { execFile, spawnSync } from 'node:child_process';
 import { generateKeyPairSync, randomBytes } from 'node:crypto';
-import { chmodSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { chmodSync, mkdirSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer, type Server } from 'node:http';
-import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { GenericContainer, Network, Wait, type StartedNetwork, type StartedTestContainer } from 'testcontainers';
@@ -36,6 +35,7 @@ import { createOrderBackend } from '../../scripts/dev/order-backend.ts';
 import { dockerCli, dockerEngine, imageFor } from '../lib/images.ts';
 import type { Stack, StackOptions } from '../lib/stack.ts';
 import { containerDefinitions, HOST_ALIAS, loopbackRequestCommand, parseLoopbackResponse, PATHS, PORTS, SECRET_FILES, SERVICE_IMAGE, stackEnv, type ContainerDef, type ContainerStackInput, type LoopbackTool } from './definitions.ts';
+import { tempDir } from '../../authz/test/temp-dir.ts';
 
 // The reaper is a container image of its own (testcontainers/ryuk), which cannot be pulled here.
 process.env['TESTCONTAINERS_RYUK_DISABLED'] = 'true';
@@ -110,7 +110,7 @@ export async function startContainerStack(opts: StackOptions = {}): Promise<Stac
   if (!engine.ok) throw new Error(`E2E_DRIVER=containers needs a container engine: ${engine.why}`);
   removeOrphans();
   const building = buildServiceImage();
-  const dir = mkdtempSync(join(tmpdir(), 'edge-e2e-ct-'));
+  const dir = tempDir('edge-e2e-ct-');
   chmodSync(dir, 0o755);
   const pki = generateDevPki(join(dir, 'pki'));
   const backendPort = await freePort();

@@ -17,8 +17,8 @@
  * Every child process has a timeout; nothing here waits unbounded.
  */
 import { execFile, spawnSync } from 'node:child_process';
-import { chmodSync, mkdtempSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
-import { networkInterfaces, tmpdir } from 'node:os';
+import { chmodSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
+import { networkInterfaces } from 'node:os';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { freePort } from '../../authz/test/redis-server.ts';
@@ -26,6 +26,7 @@ import { COMPOSE_FILES } from '../../deploy/compose-setup.ts';
 import { ROOT } from '../../deploy/paths.ts';
 import { COMPOSE_FILE } from '../../deploy/test/tools.ts';
 import { dockerCli, dockerEngine, imageEnv } from './images.ts';
+import { tempDir } from '../../authz/test/temp-dir.ts';
 
 export const COMPOSE_BIN = 'docker-compose';
 const SIGNALS = ['SIGINT', 'SIGTERM'] as const;
@@ -226,7 +227,7 @@ export interface ComposeProject {
 /** Prepares a project: a 0755 temp directory (searchable by the containers' user) and a free port and subnet. */
 export async function composeProject(opts: ComposeProjectOptions = {}): Promise<ComposeProject> {
   const name = `edgee2e${process.pid}${Date.now().toString(36).slice(-4)}`;
-  const dir = mkdtempSync(join(tmpdir(), 'edge-compose-e2e-'));
+  const dir = tempDir('edge-compose-e2e-');
   chmodSync(dir, 0o755);
   const port = await freePort();
   const ingestPort = await freePort();

@@ -10,7 +10,7 @@
  */
 import { spawnSync } from 'node:child_process';
 import assert from 'node:assert/strict';
-import { test } from 'node:test';
+import { describe, test } from 'node:test';
 import { existsSync } from 'node:fs';
 
 export interface ImageChoice {
@@ -96,4 +96,16 @@ export function containerSkip(name: string, reason: string | undefined): string 
     test(`${name} – required here (EDGE_REQUIRE_CONTAINERS=1), but cannot run`, () => assert.fail(reason));
   }
   return reason;
+}
+
+/**
+ * A suite that needs a container engine (or podman): `describe(name, fn)` where it can run; where
+ * it cannot (containerSkip), one skipped test named after it instead. node --test counts skipped
+ * tests, not skipped suites (a suite's tests are never registered), so skipped `describe`s left
+ * the totals at `skipped 1` while four scenarios had not run.
+ */
+export function containerSuite(name: string, reason: string | undefined, fn: () => void): void {
+  const skip = containerSkip(name, reason);
+  if (skip === false) describe(name, fn);
+  else test(name, { skip }, () => undefined);
 }

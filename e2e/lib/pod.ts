@@ -12,14 +12,14 @@
  * - Every child process has a timeout (e2e/lib/compose.ts `run`).
  */
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
-import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdirSync, rmSync, writeFileSync } from 'node:fs';
 import { Socket } from 'node:net';
-import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { podmanEnv, writeContainersConf } from '../../deploy/podman/setup.ts';
 import { dockerCli, dockerEngine } from './images.ts';
 import { ok, run, type RunResult } from './compose.ts';
+import { tempDir } from '../../authz/test/temp-dir.ts';
 
 export const PODMAN_BIN = 'podman';
 /** The image podman builds itself (from catatonit) for every pod's infra container. */
@@ -61,7 +61,7 @@ export function probePodman(): PodmanProbe {
   if (process.getuid?.() !== 0) return { skip: 'not root: the pod test runs rootful podman (the pod\'s uid 1000 reads root-owned secret files through its fsGroup)', pauseBefore: [] };
   const engine = dockerEngine();
   if (!engine.ok) return { skip: `the pod's images come from the Docker engine: ${engine.why}`, pauseBefore: [] };
-  const dir = mkdtempSync(join(tmpdir(), 'edge-pod-probe-'));
+  const dir = tempDir('edge-pod-probe-');
   try {
     const conf = writeContainersConf(dir);
     const pauseBefore = pauseImages(conf);
@@ -97,7 +97,7 @@ export async function copyImage(podman: Podman, dockerImage: string, podmanRef: 
 
 /** Seeds a named volume with one file (owner root, 0444), as `podman volume import` of a tar. */
 export async function importFile(podman: Podman, volume: string, name: string, content: Buffer): Promise<void> {
-  const dir = mkdtempSync(join(tmpdir(), 'edge-pod-import-'));
+  const dir = tempDir('edge-pod-import-');
   try {
     writeFileSync(join(dir, name), content, { mode: 0o444 });
     const tar = join(dir, 'volume.tar');
@@ -163,7 +163,7 @@ export function tcpAccepts(host: string, port: number, timeoutMs = 2000): Promis
  * master: with no password Redis otherwise refuses every client that is not on loopback.
  */
 export class GatewayRedis {
-  readonly dir = mkdtempSync(join(tmpdir(), 'edge-pod-redis-'));
+  readonly dir = tempDir('edge-pod-redis-');
   #procs: ChildProcess[] = [];
   #log = '';
   readonly host: string;

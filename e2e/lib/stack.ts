@@ -9,8 +9,7 @@
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import { randomBytes, generateKeyPairSync } from 'node:crypto';
-import { mkdtempSync, rmSync, writeFileSync, createWriteStream, readFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { writeFileSync, createWriteStream, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { fileURLToPath } from 'node:url';
@@ -21,6 +20,7 @@ import { renderEnvoy } from '../../envoy/render.ts';
 import { freePort, PrivateRedis } from '../../authz/test/redis-server.ts';
 import { generateDevPki, type DevPki } from '../../scripts/dev/certs.ts';
 import { createOrderBackend, type OrderBackend } from '../../scripts/dev/order-backend.ts';
+import { removeTempDir, tempDir } from '../../authz/test/temp-dir.ts';
 
 const ROOT = fileURLToPath(new URL('../../', import.meta.url));
 const NODE = join(ROOT, 'scripts', 'node');
@@ -91,7 +91,7 @@ function notOwned(url: string): PrivateRedis {
 }
 
 export async function startStack(opts: StackOptions = {}): Promise<Stack> {
-  const dir = mkdtempSync(join(tmpdir(), 'edge-e2e-'));
+  const dir = tempDir('edge-e2e-');
   const pki = generateDevPki(join(dir, 'pki'));
   const owned = opts.redisUrl === undefined ? await PrivateRedis.start() : undefined;
   const redis = owned ?? notOwned(opts.redisUrl as string);
@@ -152,7 +152,9 @@ export async function startStack(opts: StackOptions = {}): Promise<Stack> {
     await backend?.close();
     await owned?.stop();
     log.end();
-    throw new Error(`${String(err)}; logs:\n${readFileSync(logPath, 'utf8').slice(-2000)}`);
+    const logs = readFileSync(logPath, 'utf8').slice(-2000);
+    if (process.env['E2E_KEEP'] === undefined) removeTempDir(dir);
+    throw new Error(`${String(err)}; logs:\n${logs}`);
   };
   const started: { envoy?: ChildProcess } = {};
   await startAuthz().catch(abandon);
@@ -209,7 +211,7 @@ export async function startStack(opts: StackOptions = {}): Promise<Stack> {
       await backend?.close();
       await owned?.stop();
       log.end();
-      if (process.env['E2E_KEEP'] === undefined) rmSync(dir, { recursive: true, force: true });
+      if (process.env['E2E_KEEP'] === undefined) removeTempDir(dir);
     },
   };
   return stack;

@@ -5,8 +5,7 @@
  */
 import assert from 'node:assert/strict';
 import { X509Certificate } from 'node:crypto';
-import { copyFileSync, mkdtempSync, readFileSync, renameSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { copyFileSync, readFileSync, renameSync } from 'node:fs';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { geoFixtures } from '../../authz/test/geo-fixtures.ts';
@@ -14,6 +13,7 @@ import { issue, publishClientCert } from '../../scripts/dev/certs.ts';
 import { startStack, type Stack } from '../lib/driver.ts';
 import { ingest } from '../lib/client.ts';
 import { count, drive, explainFailures, hit, metric, openFds, orderFor, recoveryMs, rssKb, uniqueIngest, type Outcome } from './harness.ts';
+import { removeTempDir, tempDir } from '../../authz/test/temp-dir.ts';
 
 export interface Row { scenario: string; load: string; fault: string; outcome: string; recovery: string }
 export interface Scale { replays: number; redisDownMs: number; soakMs: number }
@@ -26,7 +26,7 @@ const JSONH = { ...CLIENT, 'content-type': 'application/json' };
 export interface Env { stack: Stack; market: string; geoFile: string; secrets: string[] }
 
 export async function startEnv(): Promise<Env> {
-  const dir = mkdtempSync(join(tmpdir(), 'edge-rel-geo-'));
+  const dir = tempDir('edge-rel-geo-');
   const geoFile = join(dir, 'country.mmdb');
   copyFileSync(geoFixtures().geoip2, geoFile);
   const stack = await startStack({
@@ -35,7 +35,16 @@ export async function startEnv(): Promise<Env> {
       XFF_NUM_TRUSTED_HOPS: '1', BLOCKED_COUNTRIES: 'KP,CU', RPS_PER_IP: '1000000', RATE_BURST: '1000000',
       GEOIP_RELOAD_INTERVAL_MS: '200', ORDER_BACKEND_MAX_CONN_SECS: '2', ORDER_BACKEND_TIMEOUT_MS: '1000', LOG_LEVEL: 'info',
     },
+  }).catch((err: unknown) => {
+    removeTempDir(dir);
+    throw err;
   });
+  // The database's directory goes with the stack.
+  const stopStack = stack.stop.bind(stack);
+  stack.stop = async () => {
+    await stopStack();
+    removeTempDir(dir);
+  };
   const market = `0xrel-${Date.now()}`;
   const r = await ingest(stack, market, 1, {}, '203.0.113.10');
   assert.equal(r.status, 200, r.text);
@@ -194,12 +203,17 @@ export async function geoReplace(env: Env): Promise<Row> {
   const okBefore = await metric(env.stack, 'edge_geoip_reloads_total{result="ok"}');
   const load = drive(() => hit(env.stack, 'read', 'GET', '/v1/quotes', undefined, CLIENT), { concurrency: 8, durationMs: 6000, rps: 300 });
   await sleep(1500);
-  const dir = mkdtempSync(join(tmpdir(), 'edge-rel-geo2-'));
-  copyFileSync(geoFixtures().geoip2Swapped, join(dir, 'new.mmdb'));
-  renameSync(join(dir, 'new.mmdb'), env.geoFile);
-  await sleep(1500);
-  copyFileSync(geoFixtures().corruptGarbage, join(dir, 'bad.mmdb'));
-  renameSync(join(dir, 'bad.mmdb'), env.geoFile);
+  // Written next to GEOIP_DB's directory, then renamed over it (the files leave it; it is removed).
+  const dir = tempDir('edge-rel-geo2-');
+  try {
+    copyFileSync(geoFixtures().geoip2Swapped, join(dir, 'new.mmdb'));
+    renameSync(join(dir, 'new.mmdb'), env.geoFile);
+    await sleep(1500);
+    copyFileSync(geoFixtures().corruptGarbage, join(dir, 'bad.mmdb'));
+    renameSync(join(dir, 'bad.mmdb'), env.geoFile);
+  } finally {
+    removeTempDir(dir);
+  }
   const out = await load;
   const failed = out.filter((o) => o.status !== 200);
   assert.equal(failed.length, 0, `failed: ${JSON.stringify(count(failed))}`);

@@ -3,19 +3,19 @@
  * committed), a real Envoy process on ephemeral ports, and tiny upstream stubs.
  */
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
-import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import * as http from 'node:http';
 import * as https from 'node:https';
-import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { TLSSocket } from 'node:tls';
 import type { JsonObject } from '../render.ts';
 import { envoyBinary } from '../envoy-bin.ts';
+import { removeTempDir, tempDir as newTempDir } from '../../authz/test/temp-dir.ts';
 
-/** A temp directory removed by `cleanup()`. */
+/** A temp directory removed by `cleanup()`, else at exit (authz/test/temp-dir.ts). */
 export function tempDir(prefix: string): { dir: string; cleanup: () => void } {
-  const dir = mkdtempSync(join(tmpdir(), prefix));
-  return { dir, cleanup: () => rmSync(dir, { recursive: true, force: true }) };
+  const dir = newTempDir(prefix);
+  return { dir, cleanup: () => removeTempDir(dir) };
 }
 
 function openssl(args: string[], cwd: string): void {

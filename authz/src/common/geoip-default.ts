@@ -11,6 +11,7 @@
  */
 import { createHash } from 'node:crypto';
 import { readFileSync, statSync } from 'node:fs';
+import { Reader, type Response } from 'maxmind';
 import { DEFAULT_GEOIP_DB } from './config.ts';
 
 export const DEFAULT_GEOIP_PRODUCTION_WARNING =
@@ -36,4 +37,36 @@ export function isDefaultGeoipDb(path: string): boolean {
  */
 export function defaultGeoipWarning(geoipDb: string, env: NodeJS.ProcessEnv = process.env): string | undefined {
   return env['NODE_ENV'] === 'production' && isDefaultGeoipDb(geoipDb) ? DEFAULT_GEOIP_PRODUCTION_WARNING : undefined;
+}
+
+/** Days after its build at which a database sets off EdgeGeoipStale (deploy/prometheus/alerts.yaml: `> 45 * 86400`). */
+export const GEOIP_STALE_DAYS = 45;
+
+/** When the database at `path` was built (unix seconds, its metadata); undefined when it cannot be read (the service's own open says why). */
+export function geoipBuildEpochSecs(path: string): number | undefined {
+  try {
+    const epoch = new Reader<Response>(readFileSync(path)).metadata.buildEpoch as unknown;
+    return epoch instanceof Date ? Math.floor(epoch.getTime() / 1000) : Number(epoch);
+  } catch {
+    return undefined;
+  }
+}
+
+/**
+ * The warning to log once at start when the database is already older than EdgeGeoipStale's
+ * threshold, or undefined: that alert fires within the hour, and without this line nothing says
+ * why on a fresh install (the default database is months old, and its publisher no longer updates
+ * it on npm).
+ */
+export function staleGeoipWarning(geoipDb: string, buildEpochSecs: number | undefined, nowMs = Date.now()): string | undefined {
+  if (buildEpochSecs === undefined || !Number.isFinite(buildEpochSecs)) return undefined;
+  const ageSecs = Math.floor(nowMs / 1000) - buildEpochSecs;
+  if (ageSecs <= GEOIP_STALE_DAYS * 86_400) return undefined;
+  const built = new Date(buildEpochSecs * 1000).toISOString().slice(0, 10);
+  return `the GeoIP database was built on ${built}, ${Math.floor(ageSecs / 86_400)} days ago: the EdgeGeoipStale alert `
+    + `(older than ${GEOIP_STALE_DAYS} days, deploy/prometheus/alerts.yaml) fires for it within the hour. `
+    + (isDefaultGeoipDb(geoipDb)
+      ? 'It is the default database, which its publisher no longer updates on npm: expected in development; '
+        + 'in production set GEOIP_DB to a maintained database (docs/operations.md, "Updating the GeoIP database").'
+      : 'Replace it with a current one (docs/operations.md, "Updating the GeoIP database").');
 }

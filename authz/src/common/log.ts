@@ -58,3 +58,36 @@ export const NONCE_TAG_HEX = 12;
 export function nonceTag(nonce: string | undefined): string | undefined {
   return nonce === undefined ? undefined : createHash('sha256').update(nonce).digest('hex').slice(0, NONCE_TAG_HEX);
 }
+
+/** A warning that can recur many times a second, logged at most once per interval (see throttledWarn). */
+export interface ThrottledWarn {
+  warn(fields: Record<string, unknown>): void;
+  /** The condition is over (e.g. the connection is back): the next warning is logged at once. */
+  reset(): void;
+}
+
+/**
+ * Logs `msg` at most once per `everyMs`, the first at once; a line after some were left out
+ * counts them (`repeated`). A Redis that is down fails a reconnect every ≤ 1 s on each of the
+ * process's connections: one line per attempt (~7 a second here) buries every other line.
+ */
+export function throttledWarn(logger: Logger, msg: string, everyMs = 10_000, now: () => number = Date.now): ThrottledWarn {
+  let last = -Infinity;
+  let repeated = 0;
+  return {
+    warn(fields) {
+      const t = now();
+      if (t - last < everyMs) {
+        repeated++;
+        return;
+      }
+      logger.warn(repeated > 0 ? { ...fields, repeated } : fields, msg);
+      last = t;
+      repeated = 0;
+    },
+    reset() {
+      last = -Infinity;
+      repeated = 0;
+    },
+  };
+}
