@@ -17,7 +17,7 @@ import { join } from 'node:path';
 import { Writable } from 'node:stream';
 import { Registry } from 'prom-client';
 import { createAdminServer } from '../src/admin.ts';
-import { ConfigError, loadConfig } from '../src/common/config.ts';
+import { ConfigError, configWarnings, loadConfig } from '../src/common/config.ts';
 import { createLogger } from '../src/common/log.ts';
 import { checkSealFileWritable, readSealFile, writeSealFile } from '../src/common/seal-file.ts';
 import { readTokenFile, tokenCheck } from '../src/common/token.ts';
@@ -78,6 +78,10 @@ describe('admin token (AUTHZ_ADMIN_TOKEN_FILE, RATELIMIT_SERVICE_TOKEN_FILE)', (
     assert.deepEqual([loadConfig({}).adminTokenFile, loadConfig({}).sealFile, loadConfig({}).rateLimitTokenFile], [undefined, undefined, undefined]);
     assert.throws(() => loadConfig({ RATELIMIT_SERVICE_TOKEN_FILE: '/x' }), /RATELIMIT_SERVICE_TOKEN_FILE: expected to be set only with RATELIMIT_SERVICE_ADDRESS/);
     assert.equal(loadConfig({ RATELIMIT_SERVICE_ADDRESS: '127.0.0.1:9191', RATELIMIT_SERVICE_TOKEN_FILE: '/x' }).rateLimitTokenFile, '/x');
+    // An address without the token: said at start, since the service then serves no RateLimitService.
+    const warned = (env: Record<string, string>): string[] => configWarnings(loadConfig(env)).filter((w) => w.startsWith('RATELIMIT_SERVICE_ADDRESS='));
+    assert.match(warned({ RATELIMIT_SERVICE_ADDRESS: '127.0.0.1:9191' })[0] ?? '', /without RATELIMIT_SERVICE_TOKEN_FILE: this service serves no RateLimitService/);
+    assert.deepEqual(warned({ RATELIMIT_SERVICE_ADDRESS: '127.0.0.1:9191', RATELIMIT_SERVICE_TOKEN_FILE: '/x' }), []);
   });
 });
 

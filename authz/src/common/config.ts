@@ -371,6 +371,11 @@ export function configWarnings(c: Config): string[] {
     out.push(`AUTHZ_TIMEOUT_MS=${c.authzTimeoutMs} leaves little room for the global rate limit, which the Check waits for up to `
       + `${RATE_LIMIT.timeoutMs} ms before its policy: with Redis slow, Envoy can give up on the Check first (503). Raise AUTHZ_TIMEOUT_MS.`);
   }
+  if (c.rateLimitService !== undefined && c.rateLimitTokenFile === undefined) {
+    out.push(`RATELIMIT_SERVICE_ADDRESS=${c.rateLimitService.host}:${c.rateLimitService.port} is set without RATELIMIT_SERVICE_TOKEN_FILE: `
+      + 'this service serves no RateLimitService (calls are UNIMPLEMENTED). If that address is this service, set RATELIMIT_SERVICE_TOKEN_FILE '
+      + 'for Envoy and for this service (docs/operations.md "Another rate limit service").');
+  }
   // A region rule overrides its country's in both directions (docs/api.md "Jurisdiction tiers"):
   // said once at start-up where that loosens the country's tier, in case it was not meant.
   for (const r of c.closeOnlyRegions) {
