@@ -11,6 +11,9 @@
  *   .secrets/pki/  dev PKI: backend CA + server certificate for the service name `backend`,
  *                  client CA, and the edge's client certificate in the Kubernetes ..data layout
  *                  (client/tls.crt → ..data/tls.crt) so rotation is an atomic symlink swap
+ *   .secrets/admin_token  the admin token (POST /admin/seal); added to an existing .secrets too
+ *   .state/        the TS service's writable directory (0700): the seal marker AUTHZ_SEAL_FILE, kept
+ *                  across container restarts (docs/operations.md "Seal and unseal")
  *   .geoip/country.mmdb  the packaged default country database (development only; replace by rename)
  *   .env           EDGE_UID/EDGE_GID: the user every container runs as
  *
@@ -42,6 +45,8 @@ export const COMPOSE_FILES = {
   backendKey: '.secrets/pki/backend.key',
   clientCa: '.secrets/pki/client-ca.crt',
   clientCertDir: '.secrets/pki/client',
+  adminToken: '.secrets/admin_token',
+  state: '.state',
   geoipDir: '.geoip',
   geoipDb: '.geoip/country.mmdb',
   env: '.env',
@@ -101,10 +106,27 @@ export class SetupError extends Error {
   override readonly name = 'SetupError';
 }
 
+/**
+ * The admin token (0400) and the state directory (0700), owned by the containers' user: written
+ * when missing, also into a .secrets an earlier version of this script made.
+ */
+function ensureAdminFiles(out: string, ids: { uid: number; gid: number }): void {
+  const state = join(out, COMPOSE_FILES.state);
+  mkdirSync(state, { recursive: true, mode: 0o700 });
+  if (process.getuid?.() === 0) chownSync(state, ids.uid, ids.gid);
+  const token = join(out, COMPOSE_FILES.adminToken);
+  if (existsSync(token)) return;
+  writeFileSync(token, `${randomBytes(32).toString('hex')}\n`, { mode: 0o400 });
+  if (process.getuid?.() === 0) chownSync(token, ids.uid, ids.gid);
+}
+
 export function setup(out: string): string {
   const ids = containerIds(process.getuid?.() ?? IMAGE_UID, process.getgid?.() ?? IMAGE_UID);
   const secrets = join(out, '.secrets');
-  if (existsSync(join(out, COMPOSE_FILES.ingestHmac))) return `${secrets} already exists; delete it to regenerate`;
+  if (existsSync(join(out, COMPOSE_FILES.ingestHmac))) {
+    ensureAdminFiles(out, ids);
+    return `${secrets} already exists (admin token and ${join(out, COMPOSE_FILES.state)} ensured); delete it to regenerate`;
+  }
   const blocked = unsearchableDir(out, ids);
   if (blocked !== undefined) {
     throw new SetupError(
@@ -118,6 +140,7 @@ export function setup(out: string): string {
     mkdirSync(d, { recursive: true, mode: 0o700 });
     if (process.getuid?.() === 0) chownSync(d, ids.uid, ids.gid);
   }
+  ensureAdminFiles(out, ids);
   // Read what lives in the checkout before dropping privileges: the checkout may sit where the
   // container user cannot read (e.g. under /root).
   const geoipBytes = readFileSync(DEFAULT_GEOIP_DB);
@@ -133,7 +156,7 @@ export function setup(out: string): string {
   writeFileSync(join(out, COMPOSE_FILES.geoipDb), geoipBytes);
   chmodSync(join(out, COMPOSE_FILES.geoipDir), 0o755);
   chmodSync(join(out, COMPOSE_FILES.geoipDb), 0o444);
-  return `wrote ${secrets}, ${join(out, COMPOSE_FILES.geoipDir)} and ${join(out, COMPOSE_FILES.env)} (containers run as ${ids.uid}:${ids.gid})`;
+  return `wrote ${secrets}, ${join(out, COMPOSE_FILES.state)}, ${join(out, COMPOSE_FILES.geoipDir)} and ${join(out, COMPOSE_FILES.env)} (containers run as ${ids.uid}:${ids.gid})`;
 }
 
 /**

@@ -508,8 +508,8 @@ describe('faults', () => {
     assert.ok(!/[0-9a-f]{32}/.test(logs.replace(/"(id|requestId|request_id|x_request_id)":"[^"]*"/g, '')), 'no 32+ hex run (nonces, signatures, keys)');
   });
 
-  test('sealing through the admin port → 503 sealed; stopping the stack leaves no process behind', async () => {
-    const res = await fetch(`${stack.authzAdmin}/admin/seal`, { method: 'POST' });
+  test('sealing through the admin port (with the admin token) → 503 sealed; stopping the stack leaves no process behind', async () => {
+    const res = await fetch(`${stack.authzAdmin}/admin/seal`, { method: 'POST', headers: { authorization: `Bearer ${stack.adminToken}` } });
     assert.equal(res.status, 202);
     const r = await request(stack, 'GET', '/');
     assert.deepEqual([r.status, errorCode(r)], [503, 'sealed']);

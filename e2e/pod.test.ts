@@ -44,6 +44,7 @@ import { spawnSync } from 'node:child_process';
 import { createHash, createPrivateKey, randomBytes, X509Certificate, type KeyObject } from 'node:crypto';
 import { existsSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import type { Server } from 'node:https';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { join } from 'node:path';
 import { DEFAULT_GEOIP_DB } from '../authz/src/common/config.ts';
 import { parseHmacKey } from '../authz/src/common/credentials.ts';
@@ -155,10 +156,10 @@ containerSuite('pod', SKIP, () => {
     assert.ok(cmd !== undefined, 'Envoy has an exec readiness probe');
     return podman(['exec', ctr('envoy'), ...cmd], 15_000);
   }
-  async function grpcHealth(): Promise<string> {
-    const port = (container('authz').readinessProbe?.['grpc'] as { port: number } | undefined)?.port;
-    assert.ok(port !== undefined, 'the TS service has a gRPC readiness probe');
-    const r = await run(GRPCURL, ['-plaintext', '-max-time', '2', `${ip}:${port}`, 'grpc.health.v1.Health/Check'], { timeoutMs: 10_000 });
+  async function grpcHealth(probe: 'readinessProbe' | 'livenessProbe' = 'readinessProbe'): Promise<string> {
+    const g = container('authz')[probe]?.['grpc'] as { port: number; service?: string } | undefined;
+    assert.ok(g?.port !== undefined, `the TS service has a gRPC ${probe}`);
+    const r = await run(GRPCURL, ['-plaintext', '-max-time', '2', ...(g.service === undefined ? [] : ['-d', JSON.stringify({ service: g.service })]), `${ip}:${g.port}`, 'grpc.health.v1.Health/Check'], { timeoutMs: 10_000 });
     if (r.status !== 0) return `error: ${(r.stderr || r.stdout).trim().split('\n')[0] ?? ''}`;
     return String((JSON.parse(r.stdout) as { status?: string }).status);
   }
@@ -336,7 +337,7 @@ containerSuite('pod', SKIP, () => {
       'Deployment/edge spec.template.spec.containers[name=envoy].ports[name=http].hostIP',
       'Deployment/edge spec.template.spec.containers[name=envoy].ports[name=http].hostPort',
       'Deployment/edge spec.template.spec.hostAliases',
-      ...['backend-ca', 'client-cert', 'edge-secrets'].flatMap((v) => [`Deployment/edge spec.template.spec.volumes[name=${v}].hostPath`, `Deployment/edge spec.template.spec.volumes[name=${v}].secret`]),
+      ...['admin-token', 'backend-ca', 'client-cert', 'edge-secrets'].flatMap((v) => [`Deployment/edge spec.template.spec.volumes[name=${v}].hostPath`, `Deployment/edge spec.template.spec.volumes[name=${v}].secret`]),
     ].sort();
     assert.deepEqual(diffs, expected, `differences from the production overlay (OVERLAY_CHANGES: ${OVERLAY_CHANGES.length} entries)`);
     // The values of those changes.
@@ -611,6 +612,62 @@ containerSuite('pod', SKIP, () => {
     assert.ok(reloadsAfter >= reloadsBefore + 1, `edge_geoip_reloads_total{result="ok"} ${reloadsBefore} → ${reloadsAfter}`);
   });
 
+  /*
+   * Issue 26: a seal through the admin port outlives the container's restart (what the kubelet does
+   * under restartPolicy Always; podman may restart it itself, else the test does), the pod staying
+   * up but not ready. Unsealed here by removing the marker and restarting the container, so the
+   * later steps keep this pod; an operator deletes the pod instead (docs/operations.md).
+   */
+  step('a seal through the admin port: refused without the admin token (from Envoy\'s container, on the pod\'s loopback); with it the TS service exits 0 and, restarted, is sealed (no key read, NOT_SERVING, liveness SERVING) until the marker goes', 180_000, async (t) => {
+    const adminPort = settings.data['AUTHZ_ADMIN_PORT'] ?? '';
+    const tokenFile = settings.data['AUTHZ_ADMIN_TOKEN_FILE'] ?? '';
+    const sealFile = settings.data['AUTHZ_SEAL_FILE'] ?? '';
+    // Envoy's container shares the loopback but not the token: refused (bash, as its probes speak HTTP).
+    const req = (auth: string): string => `POST /admin/seal HTTP/1.1\\r\\nHost: localhost\\r\\n${auth}Content-Length: 0\\r\\nConnection: close\\r\\n\\r\\n`;
+    for (const auth of ['', `Authorization: Bearer ${'0'.repeat(64)}\\r\\n`]) {
+      const out = ok(await podman(['exec', ctr('envoy'), '/bin/bash', '-c', `exec 3<>/dev/tcp/127.0.0.1/${adminPort} && printf '${req(auth)}' >&3 && cat <&3`])).stdout;
+      assert.match(out, /^HTTP\/1\.1 401 /, out);
+    }
+    assert.equal(await grpcHealth(), 'SERVING', 'not sealed');
+    assert.ok(!(await podman(['exec', ctr('envoy'), 'cat', tokenFile])).stdout.includes(s!.adminToken), 'Envoy cannot read the token');
+    // The operator, with the token, from the TS service's own container.
+    const before = await containerState(podman, ctr('authz'));
+    const sealed = ok(await podman(['exec', ctr('authz'), 'node', '-e',
+      `fetch('http://127.0.0.1:${adminPort}/admin/seal',{method:'POST',headers:{authorization:'Bearer '+require('fs').readFileSync(process.argv[1],'utf8').trim()}}).then(async r=>process.stdout.write(r.status+' '+await r.text()))`, tokenFile])).stdout;
+    assert.equal(sealed, '202 {"status":"sealing","persistent":true}');
+    // It exits 0; podman (restart policy always, from the pod) may start it again itself, else we do, as the kubelet would.
+    const restarted = await until('the TS service to exit and be started again', 60_000, async () => {
+      const st = await containerState(podman, ctr('authz'));
+      if (st.status === 'running' && st.startedAt > before.startedAt) return 'by podman';
+      if (st.status === 'exited') {
+        assert.equal(st.exitCode, 0, 'exited 0 after the seal');
+        ok(await podman(['start', ctr('authz')], 60_000));
+        return 'by the test';
+      }
+      return undefined;
+    }, 250);
+    const health = await until('the restarted TS service to answer health', 60_000, async () => {
+      const h = await grpcHealth();
+      return h.startsWith('error') ? undefined : h;
+    }, 250);
+    assert.equal(health, 'NOT_SERVING', 'readiness: the pod leaves the Service');
+    assert.equal(await grpcHealth('livenessProbe'), 'SERVING', 'liveness: it is not restarted in a loop');
+    const down = await request(stack, 'GET', '/healthz');
+    assert.deepEqual([down.status, errorCode(down)], [503, 'sealed']);
+    assert.match(await containerLogs(podman, ctr('authz')), /SEALED: [^"]*is present, so this process starts sealed: no key was loaded/);
+    await sleep(3000);
+    assert.equal((await containerState(podman, ctr('authz'))).status, 'running', 'still up, sealed');
+    t.diagnostic(`restarted ${restarted}; sealed after the restart`);
+
+    // Unsealed: the marker removed, the container restarted.
+    ok(await podman(['exec', ctr('authz'), 'node', '-e', 'require("fs").rmSync(process.argv[1])', sealFile]));
+    const grace = String(deployment.spec.template.spec.terminationGracePeriodSeconds ?? 30);
+    ok(await podman(['stop', '-t', grace, ctr('authz')], 90_000));
+    ok(await podman(['start', ctr('authz')], 60_000));
+    await until('gRPC health SERVING again', 60_000, async () => ((await grpcHealth()) === 'SERVING' ? true : undefined), 250);
+    await until('GET /healthz 200 again', 60_000, async () => ((await request(stack, 'GET', '/healthz')).status === 200 ? true : undefined), 250);
+  });
+
   step('podman pod stop with the manifest\'s grace period seals the TS service, which exits 0 in time; no secret is in any container\'s log', 120_000, async (t) => {
     const graceS = deployment.spec.template.spec.terminationGracePeriodSeconds ?? 0;
     const shutdownGraceMs = Number(settings.data['SHUTDOWN_GRACE_MS']);
@@ -648,6 +705,7 @@ containerSuite('pod', SKIP, () => {
       ['ingest-hmac hex', hmacText.replace(/^hex:/, '')],
       ['ingest-hmac base64', stack.hmacKey.toString('base64')],
       ['feed private key', s!.feedPrivateKeyHex],
+      ['admin token', s!.adminToken],
     ];
     const keyFiles = readdirSync(s!.pkiDir).filter((f) => f.endsWith('.key'));
     assert.ok(keyFiles.some((f) => /^client-\d+\.key$/.test(f) && f !== 'client-1.key'), `the rotated client key is among ${keyFiles.join(', ')}`);

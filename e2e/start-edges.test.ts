@@ -11,11 +11,11 @@
  *     .run/dev.env kept current, client-certificate rotation, GeoIP replacement);
  *   - the first start says what it installs.
  */
-import { test } from 'node:test';
+import { describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFile, execFileSync, spawn, type ChildProcess } from 'node:child_process';
 import { createHash, randomBytes, X509Certificate } from 'node:crypto';
-import { cpSync, existsSync, mkdirSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { cpSync, existsSync, mkdirSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { connect, createServer } from 'node:net';
 import { once } from 'node:events';
 import { join } from 'node:path';
@@ -762,4 +762,83 @@ test('docs as written against npm start: the openssl signed ingest of docs/api.m
     await stack.exit(20_000);
     cleanUp(f);
   }
+});
+
+describe('npm start: a seal through the admin port outlives restarts (issue 26)', () => {
+  test('the banner names the token (0600); without it 401; with it the TS service exits sealed, is restarted sealed (no crash loop), a new npm start comes up SEALED, and only removing the marker unseals; Ctrl-C leaves no marker', { timeout: 180_000 }, async () => {
+    const f = await fresh();
+    const edge = `http://127.0.0.1:${f.ports.EDGE_PORT}`;
+    const admin = `http://127.0.0.1:${f.ports.AUTHZ_ADMIN_PORT}/admin/seal`;
+    const marker = join(f.runDir, 'sealed');
+    const healthz = async (): Promise<[number, unknown]> => {
+      const r = await fetch(`${edge}/healthz`);
+      const body = (await r.json()) as { error?: unknown };
+      return [r.status, body.error];
+    };
+    const stopStack = async (p: Proc): Promise<void> => {
+      process.kill(-p.child.pid!, 'SIGINT');
+      assert.equal(await p.exit(30_000), 0, p.out);
+    };
+    try {
+      let stack = Proc.npm(f.env);
+      await stack.waitFor(/start: READY/, 60_000);
+      const tokenFile = join(f.runDir, 'admin-token');
+      assert.equal(statSync(tokenFile).mode & 0o777, 0o600);
+      const token = readFileSync(tokenFile, 'utf8').trim();
+      assert.match(token, /^[0-9a-f]{64}$/);
+      assert.ok(stack.out.includes(`seal          curl -X POST -H "authorization: Bearer $(cat '${tokenFile}')" http://127.0.0.1:${f.ports.AUTHZ_ADMIN_PORT}/admin/seal`), stack.out);
+      assert.ok(!stack.out.includes(token), 'the banner names the file, never the token');
+      // A stop by signal is a normal stop: no marker.
+      await stopStack(stack);
+      assert.equal(existsSync(marker), false, 'Ctrl-C seals but leaves nothing behind');
+
+      stack = Proc.npm(f.env);
+      await stack.waitFor(/start: READY/, 60_000);
+      // A local caller without the token.
+      for (const headers of [{}, { authorization: `Bearer ${'f'.repeat(64)}` }] as Record<string, string>[]) {
+        const r = await fetch(admin, { method: 'POST', headers });
+        assert.equal(r.status, 401);
+        await r.text();
+      }
+      assert.deepEqual(await healthz(), [200, undefined]);
+      const authzPid = (): number[] => stackProcesses(f.runDir).filter((p) => /authz\/src\/main\.ts/.test(p.cmd)).map((p) => p.pid);
+      const before = authzPid();
+      assert.equal(before.length, 1);
+
+      // The operator seals: the TS service exits and is restarted sealed.
+      const r = await fetch(admin, { method: 'POST', headers: { authorization: `Bearer ${token}` } });
+      assert.equal(r.status, 202);
+      assert.ok(existsSync(marker));
+      await stack.waitFor(/npm start: the TS service exited \(code 0\); restarting it in 0\.5 s \(restart 1\)\nnpm start: the stack is SEALED[^\n]*to unseal: remove [^\n]*\n(.|\n)*npm start: the TS service is back \(pid \d+\), SEALED/, 20_000);
+      const after = authzPid();
+      assert.equal(after.length, 1);
+      assert.notEqual(after[0], before[0], 'a new process');
+      assert.deepEqual(await healthz(), [503, 'sealed']);
+      // It stays up, sealed: no restart loop.
+      await sleep(3000);
+      assert.deepEqual(authzPid(), after, 'still the same process');
+      assert.doesNotMatch(stack.out, /restart 2\)/);
+      assert.deepEqual(await healthz(), [503, 'sealed']);
+      await stopStack(stack);
+      assert.ok(existsSync(marker), 'the seal outlives the stack');
+
+      // A new npm start comes up sealed.
+      stack = Proc.npm(f.env);
+      await stack.waitFor(/npm start: SEALED {2}/, 60_000);
+      assert.match(stack.out, new RegExp(`npm start: SEALED  ${edge}/healthz → 503 sealed \\(sealed \\S+ by POST /admin/seal\\)\\n  '${marker}' is present: the TS service started without loading any key`));
+      assert.doesNotMatch(stack.out, /start: READY/);
+      assert.deepEqual(await healthz(), [503, 'sealed']);
+      await stopStack(stack);
+
+      // Unsealed as docs/operations.md says, run as written: the marker removed, then npm start.
+      stack = Proc.bash(docBlock('rm .run/sealed').replaceAll('.run/', `${f.runDir}/`), f.env);
+      await stack.waitFor(/start: READY/, 60_000);
+      assert.equal(existsSync(marker), false);
+      assert.deepEqual(await healthz(), [200, undefined]);
+      await stopStack(stack);
+      await nothingLeft(f);
+    } finally {
+      cleanUp(f);
+    }
+  });
 });

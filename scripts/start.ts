@@ -25,6 +25,12 @@
  * backend that exits is restarted after 0.5 s, doubling up to 5 s while it keeps failing (Envoy
  * answers 503 service_unavailable meanwhile); Envoy's exit, SIGINT, SIGTERM or SIGHUP ends the stack.
  *
+ * Seal: the admin token is generated once into admin-token under the run directory (0600), and a
+ * seal through POST /admin/seal is kept in `sealed` there (AUTHZ_ADMIN_TOKEN_FILE, AUTHZ_SEAL_FILE,
+ * unless set): the TS service exits after the seal, is restarted, and comes back sealed (no key
+ * loaded, every request 503 sealed), as does a later `npm start`, until the operator removes the
+ * file (docs/operations.md "Seal and unseal"). Ctrl-C, SIGTERM and SIGHUP seal too, but leave nothing.
+ *
  * `npm start -- --rotate-client-cert` issues a new client certificate for the edge from the
  * development client CA and publishes it atomically; the running Envoy loads it (docs/operations.md).
  */
@@ -40,6 +46,8 @@ import { withServiceRuntime } from '../authz/src/common/runtime-env.ts';
 import { checkSettingNames, ConfigError, DEFAULT_GEOIP_DB, loadConfig, type Config } from '../authz/src/common/config.ts';
 import { checkDatabases } from '../authz/src/common/adapters/databases.ts';
 import { loadCredentials, parseHmacKey, secretSetting } from '../authz/src/common/credentials.ts';
+import { checkSealFileWritable, readSealFile, unsealHint } from '../authz/src/common/seal-file.ts';
+import { readTokenFile } from '../authz/src/common/token.ts';
 import { envoyBinary } from '../envoy/envoy-bin.ts';
 import { renderEnvoy } from '../envoy/render.ts';
 import { ensureDevPki, issue, publishClientCert, RENEW_DAYS } from './dev/certs.ts';
@@ -86,6 +94,13 @@ const shown = (file: string): string => {
   return `'${rel.startsWith('..') || rel.startsWith('/') ? join(RUN, file) : `./${rel}`}'`;
 };
 const PID_FILE = join(RUN, 'start.pid');
+/** The admin token and the seal marker: the run directory's unless set (docs/operations.md "Seal and unseal"). */
+const ADMIN_TOKEN_DEFAULT = join(RUN, 'admin-token');
+if (blank('AUTHZ_ADMIN_TOKEN_FILE')) env['AUTHZ_ADMIN_TOKEN_FILE'] = ADMIN_TOKEN_DEFAULT;
+if (blank('AUTHZ_SEAL_FILE')) env['AUTHZ_SEAL_FILE'] = join(RUN, 'sealed');
+const SEAL_FILE = (env['AUTHZ_SEAL_FILE'] ?? '').trim();
+/** Whether the stack is sealed: the marker is present (any form: fail closed, as the service reads it). */
+const sealed = (): boolean => readSealFile(SEAL_FILE) !== undefined;
 
 // ---------------------------------------------------------------------------------------------
 // 1. Settings: every one checked before anything starts.
@@ -243,6 +258,32 @@ function refuseStaleKeys(file: Record<string, string>): void {
       + `this stack last ran with (${filePrevious === '' ? 'none' : fingerprint('EDGE_INGEST_HMAC_PREVIOUS', filePrevious)}, in ${shown('dev.env')}): `
       + `starting would accept a retired key again; ${refresh}`);
   }
+}
+
+/**
+ * The admin token (POST /admin/seal): generated once into admin-token (0600), reused across
+ * restarts; a token file given in AUTHZ_ADMIN_TOKEN_FILE is used as it is.
+ */
+function devAdminToken(): void {
+  if (env['AUTHZ_ADMIN_TOKEN_FILE'] !== ADMIN_TOKEN_DEFAULT || existsSync(ADMIN_TOKEN_DEFAULT)) return;
+  writeFileSync(`${ADMIN_TOKEN_DEFAULT}.tmp`, `${randomBytes(32).toString('hex')}\n`, { mode: 0o600 });
+  renameSync(`${ADMIN_TOKEN_DEFAULT}.tmp`, ADMIN_TOKEN_DEFAULT);
+}
+
+/**
+ * RATELIMIT_SERVICE_ADDRESS naming this stack's own TS service (loopback, AUTHZ_GRPC_PORT) without
+ * RATELIMIT_SERVICE_TOKEN_FILE: the token Envoy sends it is generated into ratelimit-token (0600),
+ * since the TS service serves RateLimitService only with one.
+ */
+function devRateLimitToken(config: Config): void {
+  const rl = config.rateLimitService;
+  if (rl === undefined || !blank('RATELIMIT_SERVICE_TOKEN_FILE') || rl.port !== config.authzGrpcPort || !/^(127\.[0-9.]+|::1|localhost)$/.test(rl.host)) return;
+  const file = join(RUN, 'ratelimit-token');
+  if (!existsSync(file)) {
+    writeFileSync(`${file}.tmp`, `${randomBytes(32).toString('hex')}\n`, { mode: 0o600 });
+    renameSync(`${file}.tmp`, file);
+  }
+  env['RATELIMIT_SERVICE_TOKEN_FILE'] = file;
 }
 
 /**
@@ -424,6 +465,7 @@ function onExit(svc: Service, how: string, upMs: number): void {
   svc.delayMs = Math.min(delay * 2, 5000);
   svc.restarts++;
   say(`${svc.label} exited (${how}); restarting it in ${delay / 1000} s (restart ${svc.restarts})`);
+  if (svc.name === 'authz' && sealed()) say(`the stack is SEALED (${shown(relative(RUN, SEAL_FILE))}): the TS service comes back sealed, without its keys; ${unsealHint(SEAL_FILE)}`);
   svc.timer = setTimeout(() => {
     svc.timer = undefined;
     if (stopping) return;
@@ -431,7 +473,7 @@ function onExit(svc: Service, how: string, upMs: number): void {
     const run = svc.run;
     void waitFor(svc.ready, 30_000).then((p) => {
       if (stopping || svc.run !== run) return;
-      say(p.ok ? `${svc.label} is back (pid ${run?.proc.pid ?? '?'})` : `${svc.label} is not ready 30 s after its restart: ${p.answer}`);
+      say(p.ok ? `${svc.label} is back (pid ${run?.proc.pid ?? '?'})${svc.name === 'authz' && sealed() ? ', SEALED' : ''}` : `${svc.label} is not ready 30 s after its restart: ${p.answer}`);
     });
   }, delay);
 }
@@ -512,6 +554,21 @@ async function waitForRedis(url: string, ms: number): Promise<string | undefined
     client.disconnect();
   }
 }
+/** Whether `url` answers 503 `sealed` (docs/api.md "Seal"). */
+const answersSealed = (url: string) => async (): Promise<boolean> => {
+  try {
+    const r = await fetch(url, { signal: AbortSignal.timeout(2000) });
+    return r.status === 503 && ((await r.json()) as { error?: unknown }).error === 'sealed';
+  } catch {
+    return false;
+  }
+};
+/** `probe`, or — while the stack is sealed (AUTHZ_SEAL_FILE present) — `url` answering 503 sealed: a sealed service is up. */
+const orSealed = (probe: () => Promise<Probe>, url: string) => async (): Promise<Probe> => {
+  const p = await probe();
+  if (p.ok || !sealed()) return p;
+  return (await answersSealed(url)()) ? { ok: true, answer: `GET ${url} answered 503 sealed` } : p;
+};
 
 /** SIGTERM, then up to `ms` for it to exit; SIGKILL to its process group after that. */
 async function halt(svc: Service | undefined, ms: number): Promise<void> {
@@ -575,13 +632,20 @@ let plan: Plan;
 let secrets: DevSecrets;
 try {
   plan = checkSettings();
+  devAdminToken();
+  devRateLimitToken(plan.config);
+  // Checked as the TS service will: the token files readable and long enough, the marker's directory writable.
+  readTokenFile('AUTHZ_ADMIN_TOKEN_FILE', env['AUTHZ_ADMIN_TOKEN_FILE'] ?? '');
+  if (!blank('RATELIMIT_SERVICE_TOKEN_FILE')) readTokenFile('RATELIMIT_SERVICE_TOKEN_FILE', env['RATELIMIT_SERVICE_TOKEN_FILE'] ?? '');
+  checkSealFileWritable(SEAL_FILE);
   secrets = devSecrets();
   if (secrets.fresh === undefined) refuseStaleKeys(secrets.values);
   for (const [k, v] of Object.entries(secrets.values)) {
     // A key given in the environment, directly or as a file, wins over dev.env's.
     if (k !== 'EDGE_FEED_ED25519_KEY' && env[k] === undefined && env[`${k}_FILE`] === undefined) env[k] = v;
   }
-  loadCredentials({ ...env }).zeroize();
+  // A sealed stack's TS service reads no key (docs/api.md "Seal"): nor is one checked here.
+  if (!sealed()) loadCredentials({ ...env }).zeroize();
 } catch (err) {
   if (err instanceof ConfigError) refuse(err.message);
   throw err;
@@ -728,7 +792,7 @@ const config = loadConfig(env);
 const authz: Service = {
   name: 'authz', label: 'the TS service', cmd: join(ROOT, 'scripts', 'node'), args: [join(ROOT, 'authz/src/main.ts')],
   // Its own health (authz not sealed, GeoIP and the store ready), asked directly: no geo on the way.
-  env: withServiceRuntime(Object.fromEntries(Object.entries(env).filter(([k]) => !plan.unknown.includes(k)))), ready: httpOk(`http://127.0.0.1:${config.marketPort}/healthz`), delayMs: 500, restarts: 0,
+  env: withServiceRuntime(Object.fromEntries(Object.entries(env).filter(([k]) => !plan.unknown.includes(k)))), ready: orSealed(httpOk(`http://127.0.0.1:${config.marketPort}/healthz`), `http://127.0.0.1:${config.marketPort}/`), delayMs: 500, restarts: 0,
 };
 services.set('authz', authz);
 launch(authz);
@@ -776,7 +840,16 @@ async function throughTheEdge(): Promise<string> {
     return failure(err);
   }
 }
-if (!stopping) {
+/** How the banner names a file given by path (inside the run directory or not). */
+const shownPath = (file: string): string => shown(relative(RUN, file));
+if (!stopping && sealed()) {
+  supervising = true;
+  const record = readSealFile(SEAL_FILE)?.record;
+  say(`SEALED  ${edge}/healthz → 503 sealed${record === undefined ? '' : ` (sealed ${record.sealedAt} by ${record.reason === 'admin' ? 'POST /admin/seal' : record.reason})`}
+  ${shownPath(SEAL_FILE)} is present: the TS service started without loading any key, and every request is answered 503 sealed.
+  ${unsealHint(SEAL_FILE)}
+  Ctrl-C stops everything.`);
+} else if (!stopping) {
   supervising = true;
   say(`READY  the TS service GET 127.0.0.1:${config.marketPort}/healthz → 200, Envoy admin GET /ready → 200
   this machine  GET ${edge}/healthz → ${await throughTheEdge()}
@@ -785,6 +858,8 @@ if (!stopping) {
   authz gRPC    127.0.0.1:${config.authzGrpcPort}   (.venv/bin/grpcurl -plaintext 127.0.0.1:${config.authzGrpcPort} list)
   market        127.0.0.1:${config.marketPort}
   metrics       http://127.0.0.1:${config.authzAdminPort}/metrics
+  seal          curl -X POST -H "authorization: Bearer $(cat ${shownPath(env['AUTHZ_ADMIN_TOKEN_FILE'] ?? '')})" http://127.0.0.1:${config.authzAdminPort}/admin/seal
+                (kept in ${shownPath(SEAL_FILE)}: restarts stay sealed until it is removed; docs/operations.md "Seal and unseal")
   envoy admin   http://127.0.0.1:${config.envoyAdminPort}
   geoip         ${env['GEOIP_DB'] === join(RUN, 'geoip', 'country.mmdb') ? `${shown('geoip/country.mmdb')} (replace it by rename: docs/operations.md)` : config.geoipDb}
   try it:

@@ -13,13 +13,15 @@ import { createAuthzCore } from './authz/core.ts';
 import { createGeoClassifier } from './authz/stages/geo.ts';
 import { withAnonymizer } from './authz/stages/anonymizer.ts';
 import { configWarnings, type Config } from './common/config.ts';
-import { loadCredentials } from './common/credentials.ts';
+import { loadCredentials, noCredentials } from './common/credentials.ts';
 import { throttledWarn, type Logger } from './common/log.ts';
 import { createMarketStore, writeTimeoutMs } from './market/wiring.ts';
 import { createMarketService } from './market/http.ts';
 import { createMetrics, type AuthzMetrics } from './common/metrics.ts';
 import { systemClock } from './common/ports.ts';
 import { createSealState } from './common/seal.ts';
+import { checkSealFileWritable, readSealFile, unsealHint } from './common/seal-file.ts';
+import { readTokenFile } from './common/token.ts';
 import { RedisBuckets } from './ratelimit/bucket.ts';
 import { rateLimitService } from './ratelimit/service.ts';
 import { createCheckLimiter } from './ratelimit/check-limit.ts';
@@ -45,8 +47,19 @@ function onRedisError(redis: Redis, logger: Logger, msg: string): void {
 
 export async function createApp(config: Config, logger: Logger, hooks: { onSealed?: () => void } = {}): Promise<App> {
   const warnings: string[] = [];
-  const credentials = loadCredentials(process.env, { warnings });
+  // AUTHZ_SEAL_FILE present: a seal through the admin port is in force (docs/api.md "Seal"). The
+  // process starts sealed and never reads a key.
+  if (config.sealFile !== undefined) checkSealFileWritable(config.sealFile);
+  const marker = config.sealFile === undefined ? undefined : readSealFile(config.sealFile);
+  const credentials = marker !== undefined ? noCredentials() : loadCredentials(process.env, { warnings });
   for (const w of [...configWarnings(config), ...warnings]) logger.warn(w);
+  if (marker !== undefined && config.sealFile !== undefined) {
+    logger.warn({ sealFile: config.sealFile, sealedAt: marker.record?.sealedAt, reason: marker.record?.reason },
+      `SEALED: ${config.sealFile} is present, so this process starts sealed: no key was loaded, every request is answered 503 sealed `
+      + `and gRPC health is NOT_SERVING; ${unsealHint(config.sealFile)}`);
+  }
+  // RateLimitService only where Envoy asks it (RATELIMIT_SERVICE_ADDRESS naming this service, with its token).
+  const rateLimitToken = config.rateLimitTokenFile === undefined ? undefined : readTokenFile('RATELIMIT_SERVICE_TOKEN_FILE', config.rateLimitTokenFile);
 
   let geoReady = false;
   // Metrics first (the GeoIP reload callback counts into them); the age gauge reads geo lazily.
@@ -111,11 +124,13 @@ export async function createApp(config: Config, logger: Logger, hooks: { onSeale
 
   // One seal state for both services: the moment it is set, Checks and market answers are `sealed`.
   const sealState = createSealState();
+  if (marker !== undefined) sealState.set();
   const core = createAuthzCore({
     config, credentials, geo, nonces, markets: store, clock: systemClock, logger, metrics, sealState,
     ...(anonymizer === undefined ? {} : { anonymizer }),
-    // RateLimitService stays served (reflection, health) so an Envoy can still be pointed at it.
-    grpcServices: [rateLimitService({ buckets, limits: config, metrics, logger })],
+    // RateLimitService: served only for an Envoy pointed at it (RATELIMIT_SERVICE_ADDRESS) with the
+    // token it sends; otherwise not at all (UNIMPLEMENTED), so nothing else can drain a client's bucket.
+    grpcServices: rateLimitToken === undefined ? [] : [rateLimitService({ buckets, limits: config, metrics, logger, token: rateLimitToken })],
     // The global limit in Check: this service is the limiter (no RATELIMIT_SERVICE_ADDRESS), so the
     // Check Envoy already makes takes the bucket (docs/envoy.md §3).
     ...(buckets !== undefined && config.rateLimitScope === 'global' && config.rateLimitService === undefined
@@ -136,18 +151,23 @@ export async function createApp(config: Config, logger: Logger, hooks: { onSeale
     port: config.marketPort,
   });
 
+  if (marker !== undefined) metrics.setSealed(true);
   const stops: (() => Promise<void>)[] = [];
+  let exiting = false;
   return {
     metrics,
     async start() {
       const grpcPort = await listenAs('AUTHZ_GRPC_PORT', config.bindAddress, config.authzGrpcPort, () => core.grpc.listen(config.bindAddress, config.authzGrpcPort));
       const marketPort = await listenAs('MARKET_PORT', config.marketBindAddress, config.marketPort, () => market.listen());
-      core.grpc.setServing(true);
-      logger.info({ grpcPort, marketPort, adminPort: config.authzAdminPort, redis: redis !== undefined }, 'edge authz ready');
+      core.grpc.setServing(!sealState.sealed);
+      logger.info({ grpcPort, marketPort, adminPort: config.authzAdminPort, redis: redis !== undefined }, sealState.sealed ? 'edge authz started SEALED' : 'edge authz ready');
     },
     quietMs: () => sealState.quietMs(),
     seal(reason) {
-      if (!core.seal(reason)) return;
+      // Zeroes and denies the first time; a process already sealed (at start) still stops.
+      core.seal(reason);
+      if (exiting) return;
+      exiting = true;
       hooks.onSealed?.();
     },
     onStop(fn) {

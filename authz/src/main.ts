@@ -10,6 +10,7 @@ import { checkSettingNames, loadConfig } from './common/config.ts';
 import { loadCredentials } from './common/credentials.ts';
 import { defaultGeoipWarning, geoipBuildEpochSecs, staleGeoipWarning } from './common/geoip-default.ts';
 import { createLogger, logOutput } from './common/log.ts';
+import { startsSealed } from './common/seal-file.ts';
 import { runPrimary, runSingle, runWorker } from './process.ts';
 
 const config = loadConfig();
@@ -25,8 +26,9 @@ const staleWarning = cluster.isWorker ? undefined : staleGeoipWarning(config.geo
 if (staleWarning !== undefined) logger.warn({ geoipDb: config.geoipDb }, staleWarning);
 
 if (config.workers > 1 && cluster.isPrimary) {
-  // Validate the credentials before forking (fail fast, naming the variable), then drop them.
-  loadCredentials({ ...process.env }).zeroize();
+  // Validate the credentials before forking (fail fast, naming the variable), then drop them;
+  // a service that starts sealed (AUTHZ_SEAL_FILE present) reads no key at all.
+  if (!startsSealed(config)) loadCredentials({ ...process.env }).zeroize();
   runPrimary(config, logger);
 } else {
   // A port that cannot be listened on (common/listen-error.ts) or anything else that stops

@@ -5,11 +5,13 @@ import cluster, { type Worker } from 'node:cluster';
 import { availableParallelism } from 'node:os';
 import type { Server } from 'node:http';
 import { AggregatorRegistry } from 'prom-client';
-import { createAdminServer } from './admin.ts';
+import { createAdminServer, type AdminSealResult } from './admin.ts';
 import { createApp, type App } from './app.ts';
 import type { Config } from './common/config.ts';
 import { listenAs } from './common/listen-error.ts';
 import type { Logger } from './common/log.ts';
+import { writeSealFile } from './common/seal-file.ts';
+import { readTokenFile, type TokenCheck } from './common/token.ts';
 
 /**
  * After the seal the service keeps answering `sealed` (Envoy sees NOT_SERVING and 503 sealed)
@@ -44,17 +46,46 @@ function listenAdmin(admin: Server, config: Config): Promise<void> {
 /** The signals that seal and stop the service; SIGHUP too (a terminal or log pipe gone: common/log.ts). */
 const STOP_SIGNALS = ['SIGTERM', 'SIGINT', 'SIGHUP'] as const;
 
+/** The admin token (AUTHZ_ADMIN_TOKEN_FILE), read at start; undefined: admin operations are off. */
+function adminToken(config: Config): TokenCheck | undefined {
+  return config.adminTokenFile === undefined ? undefined : readTokenFile('AUTHZ_ADMIN_TOKEN_FILE', config.adminTokenFile);
+}
+
+/**
+ * A seal through the admin port: recorded in AUTHZ_SEAL_FILE first (so it outlives this process:
+ * a supervisor or the kubelet restarts it sealed), then `seal`. A marker that cannot be written
+ * does not stop the seal; the answer says it is not persistent, and the log says why.
+ */
+function adminSeal(config: Config, logger: Logger, seal: (reason: string) => void): (reason: string) => AdminSealResult {
+  return (reason) => {
+    let persistent = false;
+    if (config.sealFile !== undefined) {
+      try {
+        writeSealFile(config.sealFile, { sealedAt: new Date().toISOString(), reason, pid: process.pid });
+        persistent = true;
+        logger.warn({ sealFile: config.sealFile }, 'seal recorded: every restart starts sealed until an operator removes the file (docs/operations.md "Seal and unseal")');
+      } catch (err) {
+        logger.error({ sealFile: config.sealFile, err: String(err) }, 'the seal could not be recorded in AUTHZ_SEAL_FILE: it ends with this process');
+      }
+    }
+    seal(reason);
+    return { persistent };
+  };
+}
+
+/** SIGTERM/SIGINT/SIGHUP: a normal stop. It seals (keys zeroed) and exits, and records nothing: the next start is not sealed. */
 function onSignals(seal: (reason: string) => void): void {
   for (const sig of STOP_SIGNALS) process.on(sig, () => seal(sig));
 }
 
 async function startApp(config: Config, logger: Logger, withAdmin: boolean): Promise<App> {
+  const token = withAdmin ? adminToken(config) : undefined;
   const app = await createApp(config, logger, {
     onSealed: () => exitWhenDrained(app, config.shutdownGraceMs),
   });
   await app.start();
   if (withAdmin) {
-    const admin = createAdminServer({ registry: app.metrics.registry, seal: (r) => app.seal(r) });
+    const admin = createAdminServer({ registry: app.metrics.registry, seal: adminSeal(config, logger, (r) => app.seal(r)), token, logger });
     app.onStop(() => new Promise<void>((resolve) => admin.close(() => resolve())));
     try {
       await listenAdmin(admin, config);
@@ -90,6 +121,13 @@ export async function runWorker(config: Config, logger: Logger): Promise<void> {
 
 /** The cluster primary: forks workers, serves aggregated metrics and seal, forwards signals. */
 export function runPrimary(config: Config, logger: Logger): void {
+  let token: TokenCheck | undefined;
+  try {
+    token = adminToken(config);
+  } catch (err) {
+    logger.fatal({ err: err instanceof Error ? err.message : String(err) }, 'start-up failed');
+    process.exit(1);
+  }
   const n = Math.min(config.workers, Math.max(1, availableParallelism() * 2));
   const workers = new Set<Worker>();
   let sealed = false;
@@ -141,7 +179,7 @@ export function runPrimary(config: Config, logger: Logger): void {
     for (const w of workers) w.send('edge:seal');
     setTimeout(() => process.exit(0), config.shutdownGraceMs + 2000).unref();
   };
-  const admin = createAdminServer({ registry: aggregated as never, seal });
+  const admin = createAdminServer({ registry: aggregated as never, seal: adminSeal(config, logger, seal), token, logger });
   listenAdmin(admin, config).catch((err: unknown) => {
     logger.fatal({ err: err instanceof Error ? err.message : String(err) }, 'start-up failed');
     fail();

@@ -4,8 +4,11 @@
  * fakes for the ports.
  */
 import { createHash, createHmac, generateKeyPairSync, randomBytes, sign, type KeyObject } from 'node:crypto';
+import { writeFileSync } from 'node:fs';
+import { join } from 'node:path';
 import type { MethodDefinition } from '@grpc/proto-loader';
 import { loadPackageDefinition, SERVICE_NAMES } from '../../proto/index.ts';
+import { removeTempDir, tempDir } from './temp-dir.ts';
 import type { Clock, MarketLookup, MarketMeta } from '../src/common/ports.ts';
 
 const pd = loadPackageDefinition();
@@ -146,3 +149,13 @@ export function marketDoc(conditionId: string, seq: number, extra: Record<string
 export const GRPCURL = process.env['GRPCURL_BIN'] ?? new URL('../../.venv/bin/grpcurl', import.meta.url).pathname;
 
 export const HMAC_KEY = Buffer.from('4f4f4f4f4f4f4f4f00112233445566778899aabbccddeeff0123456789abcdef', 'hex');
+
+/** A fresh bearer token in a new 0600 file (AUTHZ_ADMIN_TOKEN_FILE, RATELIMIT_SERVICE_TOKEN_FILE); the file is removed with its directory. */
+export function tokenFile(): { file: string; token: string; dir: string; remove(): void } {
+  // Removed at exit at the latest (temp-dir.ts), also when a test forgets remove().
+  const dir = tempDir('edge-token-');
+  const token = randomBytes(32).toString('hex');
+  const file = join(dir, 'token');
+  writeFileSync(file, `${token}\n`, { mode: 0o600 });
+  return { file, token, dir, remove: () => removeTempDir(dir) };
+}

@@ -1,62 +1,148 @@
 /**
  * The real entry point as a child process (Node 24): single-process and AUTHZ_WORKERS=2
- * cluster mode — serving, aggregated metrics, seal through the admin port, and exit.
+ * cluster mode — serving, aggregated metrics, seal through the admin port (with the admin token),
+ * and exit; then the restart a supervisor or the kubelet would do: it starts sealed (no key read,
+ * 503 sealed, health NOT_SERVING, liveness SERVING, the unseal procedure logged) and stays up
+ * until stopped; SIGTERM/SIGINT seal too but leave nothing behind; removing the marker unseals.
  */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
+import { spawn, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
+import { existsSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { tempDir } from './temp-dir.ts';
+import * as grpc from '@grpc/grpc-js';
+import type { MethodDefinition } from '@grpc/proto-loader';
+import { loadPackageDefinition } from '../../proto/index.ts';
+import { LIVENESS_SERVICE } from '../src/authz/grpc-server.ts';
 import { fileURLToPath } from 'node:url';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { freePort, PrivateRedis } from './redis-server.ts';
-import { newFeedKey } from './helpers.ts';
+import { newFeedKey, tokenFile } from './helpers.ts';
 
 const ROOT = fileURLToPath(new URL('../../', import.meta.url));
 
-async function runMain(workers: number, redisUrl?: string): Promise<void> {
-  const [grpc, market, admin] = [await freePort(), await freePort(), await freePort()];
-  const child = spawn(`${ROOT}scripts/node`, [`${ROOT}authz/src/main.ts`], {
-    env: {
-      ...process.env,
-      EDGE_INGEST_HMAC: `hex:${randomBytes(32).toString('hex')}`,
-      EDGE_FEED_ED25519_PUBLIC_KEY: newFeedKey().publicHex,
-      AUTHZ_GRPC_PORT: String(grpc), MARKET_PORT: String(market), AUTHZ_ADMIN_PORT: String(admin),
-      AUTHZ_WORKERS: String(workers), SHUTDOWN_GRACE_MS: '200', LOG_LEVEL: 'warn',
-      REDIS_URL: redisUrl ?? '',
-    },
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
-  let out = '';
-  child.stdout.on('data', (d: Buffer) => { out += d.toString(); });
-  child.stderr.on('data', (d: Buffer) => { out += d.toString(); });
-  const exited = new Promise<number | null>((resolve) => child.once('exit', (code) => resolve(code)));
+/** grpc.health.v1 Check of `service` on 127.0.0.1:`port`: SERVING, NOT_SERVING, or the error. */
+async function health(port: number, service: string): Promise<string> {
+  const check = (loadPackageDefinition()['grpc.health.v1.Health'] as Record<string, MethodDefinition<object, object>>)['Check']!;
+  const client = new grpc.Client(`127.0.0.1:${port}`, grpc.credentials.createInsecure());
   try {
-    let up = false;
-    for (let i = 0; i < 100 && !up; i++) {
-      try {
-        up = (await fetch(`http://127.0.0.1:${market}/`)).status === 200;
-      } catch {
-        await sleep(100);
-      }
-    }
-    assert.ok(up, `service came up: ${out}`);
-    for (let i = 0; i < 6; i++) await (await fetch(`http://127.0.0.1:${market}/`)).text();
-    const metrics = await (await fetch(`http://127.0.0.1:${admin}/metrics`)).text();
-    assert.match(metrics, /edge_market_requests_total\{route="\/",status="200"\} 7/, 'metrics of every worker are aggregated');
-    if (redisUrl === undefined) assert.match(out, /IN-MEMORY/, 'the in-memory store is announced loudly');
-    const seal = await fetch(`http://127.0.0.1:${admin}/admin/seal`, { method: 'POST' });
-    assert.equal(seal.status, 202);
-    const sealed = await fetch(`http://127.0.0.1:${market}/`);
-    assert.equal(sealed.status, 503);
-    assert.equal(((await sealed.json()) as { error: string }).error, 'sealed');
-    assert.equal(await Promise.race([exited, sleep(10_000).then(() => 'timeout')]), 0, 'the process exits after draining');
+    return await new Promise((resolve) => {
+      client.makeUnaryRequest(check.path, check.requestSerialize, check.responseDeserialize, { service }, { deadline: Date.now() + 3000 },
+        (err, res) => resolve(err ? `error: ${err.message}` : ['UNKNOWN', 'SERVING', 'NOT_SERVING'][(res as { status: number }).status] ?? '?'));
+    });
   } finally {
-    child.kill('SIGKILL');
+    client.close();
   }
 }
 
-test('process – single process: serves, seals through the admin port, exits 0', () => runMain(1));
-test('process – AUTHZ_WORKERS=2 (on Redis): metrics aggregated across workers, seal reaches every worker, exits 0', async () => {
+/** main.ts as a child process with its output collected. */
+class Main {
+  out = '';
+  readonly child: ChildProcess;
+  readonly exited: Promise<number | null>;
+  constructor(env: NodeJS.ProcessEnv) {
+    this.child = spawn(`${ROOT}scripts/node`, [`${ROOT}authz/src/main.ts`], { env, stdio: ['ignore', 'pipe', 'pipe'] });
+    this.child.stdout?.on('data', (d: Buffer) => { this.out += d.toString(); });
+    this.child.stderr?.on('data', (d: Buffer) => { this.out += d.toString(); });
+    this.exited = new Promise((resolve) => this.child.once('exit', (code) => resolve(code)));
+  }
+  /** Waits until GET / on the market port answers `status`. */
+  async answers(market: number, status: number): Promise<void> {
+    for (let i = 0; i < 150; i++) {
+      if (this.child.exitCode !== null) break;
+      try {
+        if ((await fetch(`http://127.0.0.1:${market}/`)).status === status) return;
+      } catch { /* not yet */ }
+      await sleep(100);
+    }
+    assert.fail(`GET / never answered ${status}: ${this.out}`);
+  }
+}
+
+async function runMain(workers: number, redisUrl?: string): Promise<void> {
+  const [grpcPort, market, admin] = [await freePort(), await freePort(), await freePort()];
+  const dir = tempDir('edge-process-');
+  const token = tokenFile();
+  const sealFile = join(dir, 'sealed');
+  const hmacFile = join(dir, 'ingest-hmac');
+  writeFileSync(hmacFile, `hex:${randomBytes(32).toString('hex')}\n`, { mode: 0o600 });
+  const env = {
+    ...process.env,
+    EDGE_INGEST_HMAC: '', EDGE_INGEST_HMAC_FILE: hmacFile,
+    EDGE_FEED_ED25519_PUBLIC_KEY: newFeedKey().publicHex,
+    AUTHZ_GRPC_PORT: String(grpcPort), MARKET_PORT: String(market), AUTHZ_ADMIN_PORT: String(admin),
+    AUTHZ_WORKERS: String(workers), SHUTDOWN_GRACE_MS: '200', LOG_LEVEL: 'warn',
+    REDIS_URL: redisUrl ?? '', AUTHZ_ADMIN_TOKEN_FILE: token.file, AUTHZ_SEAL_FILE: sealFile,
+  };
+  const procs: Main[] = [];
+  const start = (): Main => {
+    const m = new Main(env);
+    procs.push(m);
+    return m;
+  };
+  try {
+    const first = start();
+    await first.answers(market, 200);
+    for (let i = 0; i < 6; i++) await (await fetch(`http://127.0.0.1:${market}/`)).text();
+    const metrics = await (await fetch(`http://127.0.0.1:${admin}/metrics`)).text();
+    assert.match(metrics, /edge_market_requests_total\{route="\/",status="200"\} 7/, 'metrics of every worker are aggregated');
+    if (redisUrl === undefined) assert.match(first.out, /IN-MEMORY/, 'the in-memory store is announced loudly');
+    assert.equal((await fetch(`http://127.0.0.1:${admin}/admin/seal`, { method: 'POST' })).status, 401, 'no token: refused');
+    assert.equal((await fetch(`http://127.0.0.1:${market}/`)).status, 200, 'and nothing sealed');
+    const seal = await fetch(`http://127.0.0.1:${admin}/admin/seal`, { method: 'POST', headers: { authorization: `Bearer ${token.token}` } });
+    assert.equal(seal.status, 202);
+    assert.deepEqual(await seal.json(), { status: 'sealing', persistent: true });
+    const sealed = await fetch(`http://127.0.0.1:${market}/`);
+    assert.equal(sealed.status, 503);
+    assert.equal(((await sealed.json()) as { error: string }).error, 'sealed');
+    assert.equal(await Promise.race([first.exited, sleep(10_000).then(() => 'timeout')]), 0, 'the process exits after draining');
+    assert.deepEqual(Object.keys(JSON.parse(readFileSync(sealFile, 'utf8')) as object).sort(), ['pid', 'reason', 'sealedAt'], 'the seal is recorded');
+
+    // Restarted (a supervisor, the kubelet): sealed from the start, without reading any key (the
+    // key file is gone), and it stays up: no crash loop.
+    rmSync(hmacFile);
+    const again = start();
+    await again.answers(market, 503);
+    const r = await fetch(`http://127.0.0.1:${market}/healthz`);
+    assert.deepEqual([r.status, ((await r.json()) as { error: string }).error], [503, 'sealed']);
+    assert.equal(await health(grpcPort, ''), 'NOT_SERVING', 'readiness');
+    assert.equal(await health(grpcPort, 'envoy.service.auth.v3.Authorization'), 'NOT_SERVING');
+    assert.equal(await health(grpcPort, LIVENESS_SERVICE), 'SERVING', 'liveness: alive, so not restarted in a loop');
+    // One per worker (the cluster primary sums the gauge), once every worker has started.
+    let sealedGauge: string[] = [];
+    for (let i = 0; i < 50 && sealedGauge[0] !== `edge_authz_sealed ${workers}`; i++) {
+      if (i > 0) await sleep(100);
+      sealedGauge = (await (await fetch(`http://127.0.0.1:${admin}/metrics`)).text()).split('\n').filter((l) => l.startsWith('edge_authz_sealed '));
+    }
+    assert.deepEqual(sealedGauge, [`edge_authz_sealed ${workers}`]);
+    assert.match(again.out, /SEALED: .*sealed is present, so this process starts sealed: no key was loaded.*to unseal: remove .*sealed and restart the service/);
+    await sleep(1500);
+    assert.equal(again.child.exitCode, null, 'still running');
+    // A normal stop: exits 0, the marker stays.
+    again.child.kill('SIGTERM');
+    assert.equal(await Promise.race([again.exited, sleep(10_000).then(() => 'timeout')]), 0);
+    assert.ok(existsSync(sealFile));
+
+    // Unsealed by the operator: the marker removed, the key back; SIGTERM then records nothing.
+    rmSync(sealFile);
+    writeFileSync(hmacFile, `hex:${randomBytes(32).toString('hex')}\n`, { mode: 0o600 });
+    const unsealed = start();
+    await unsealed.answers(market, 200);
+    assert.equal(await health(grpcPort, ''), 'SERVING');
+    unsealed.child.kill('SIGTERM');
+    assert.equal(await Promise.race([unsealed.exited, sleep(10_000).then(() => 'timeout')]), 0);
+    assert.equal(existsSync(sealFile), false, 'a stop by signal is not a persistent seal');
+  } finally {
+    for (const p of procs) p.child.kill('SIGKILL');
+    token.remove();
+    rmSync(dir, { recursive: true, force: true });
+  }
+}
+
+test('process – single process: serves; the admin token seals (none: 401); exits 0; restarted it is still sealed until the marker goes', () => runMain(1));
+test('process – AUTHZ_WORKERS=2 (on Redis): metrics aggregated across workers, seal reaches every worker, exits 0; restarted, every worker starts sealed', async () => {
   const redis = await PrivateRedis.start();
   try {
     await runMain(2, redis.url);
@@ -85,9 +171,11 @@ test('process – AUTHZ_WORKERS=2 without REDIS_URL refuses to start: each worke
 
 test('process – after the seal it keeps answering sealed while requests arrive, and exits 0 once none has for 0.5 s, well before SHUTDOWN_GRACE_MS', async () => {
   const [grpc, market, admin] = [await freePort(), await freePort(), await freePort()];
+  const token = tokenFile();
   const child = spawn(`${ROOT}scripts/node`, [`${ROOT}authz/src/main.ts`], {
     env: {
       ...process.env, REDIS_URL: '', LOG_LEVEL: 'warn', SHUTDOWN_GRACE_MS: '20000',
+      AUTHZ_ADMIN_TOKEN_FILE: token.file, AUTHZ_SEAL_FILE: join(token.dir, 'sealed'),
       EDGE_INGEST_HMAC: `hex:${randomBytes(32).toString('hex')}`, EDGE_FEED_ED25519_PUBLIC_KEY: newFeedKey().publicHex,
       AUTHZ_GRPC_PORT: String(grpc), MARKET_PORT: String(market), AUTHZ_ADMIN_PORT: String(admin),
     },
@@ -99,7 +187,7 @@ test('process – after the seal it keeps answering sealed while requests arrive
       if (await fetch(`http://127.0.0.1:${market}/`).then((r) => r.status === 200, () => false)) break;
       await sleep(100);
     }
-    assert.equal((await fetch(`http://127.0.0.1:${admin}/admin/seal`, { method: 'POST' })).status, 202);
+    assert.equal((await fetch(`http://127.0.0.1:${admin}/admin/seal`, { method: 'POST', headers: { authorization: `Bearer ${token.token}` } })).status, 202);
     // Requests keep arriving for 2 s (every 200 ms): the process keeps answering them as sealed.
     const busyUntil = Date.now() + 2_000;
     while (Date.now() < busyUntil) {
@@ -114,6 +202,7 @@ test('process – after the seal it keeps answering sealed while requests arrive
     assert.ok(drainMs < 2_000, `exited ${drainMs} ms after the last request (SHUTDOWN_GRACE_MS 20000)`);
   } finally {
     child.kill('SIGKILL');
+    token.remove();
   }
 });
 

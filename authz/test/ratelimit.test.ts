@@ -28,6 +28,8 @@ import { loadConfig } from '../src/common/config.ts';
 import { CODE, decodeRateLimitRequest, encodeRateLimitResponse } from '../src/ratelimit/codec.ts';
 import { createRateLimitHandler, rateLimitService } from '../src/ratelimit/service.ts';
 import { PrivateRedis } from './redis-server.ts';
+import { tokenCheck } from '../src/common/token.ts';
+import { createHash, randomBytes } from 'node:crypto';
 
 /** The buckets' settings for these limits, the prefix's at their defaults (RATE_PREFIX_V6 48, 5 × each). */
 const limitsOf = (rps: number, burst: number): BucketLimits => loadConfig({ RPS_PER_IP: String(rps), RATE_BURST: String(burst) });
@@ -37,6 +39,15 @@ const pd = loadPackageDefinition();
 const method = (pd[SERVICE_NAMES.rateLimit] as Record<string, MethodDefinition<object, object>>)['ShouldRateLimit']!;
 const v4 = (ip: string) => ({ entries: [{ key: 'client', value: 'v4' }, { key: 'client_ip', value: ip }] });
 const v6 = (masked: string) => ({ entries: [{ key: 'client', value: 'v6' }, { key: 'masked_remote_address', value: masked }] });
+/** The token Envoy sends (RATELIMIT_SERVICE_TOKEN_FILE), and the service's check of it. */
+const TOKEN = randomBytes(32).toString('hex');
+const token = tokenCheck(createHash('sha256').update(TOKEN).digest());
+/** Call metadata as Envoy's credential injector sends it. */
+const asEnvoy = (): grpc.Metadata => {
+  const md = new grpc.Metadata();
+  md.set('authorization', `Bearer ${TOKEN}`);
+  return md;
+};
 
 async function metricValue(metrics: AuthzMetrics, line: string): Promise<number> {
   const found = (await metrics.registry.metrics()).split('\n').find((l) => l.startsWith(`${line} `));
@@ -320,7 +331,7 @@ describe('ratelimit – RateLimitService/ShouldRateLimit over gRPC', () => {
   let metrics: AuthzMetrics;
   let client: grpc.Client;
   const call = (req: object, deadlineMs = 2000): Promise<Record<string, unknown>> => new Promise((resolve, reject) => {
-    client.makeUnaryRequest(method.path, method.requestSerialize, method.responseDeserialize, req, { deadline: Date.now() + deadlineMs },
+    client.makeUnaryRequest(method.path, method.requestSerialize, method.responseDeserialize, req, asEnvoy(), { deadline: Date.now() + deadlineMs },
       (err, res) => (err ? reject(err) : resolve(res as Record<string, unknown>)));
   });
   const headers = (res: Record<string, unknown>): Record<string, string> =>
@@ -335,7 +346,7 @@ describe('ratelimit – RateLimitService/ShouldRateLimit over gRPC', () => {
     const limits = limitsOf(1, 40);
     server = createGrpcServer({
       evaluate: () => ALLOW, observe: () => {}, onError: () => {},
-      services: [rateLimitService({ buckets: new RedisBuckets(redisClient, limits), limits, metrics, logger })],
+      services: [rateLimitService({ buckets: new RedisBuckets(redisClient, limits), limits, metrics, logger, token })],
     });
     port = await server.listen('127.0.0.1', 0);
     server.setServing(true);
@@ -358,6 +369,25 @@ describe('ratelimit – RateLimitService/ShouldRateLimit over gRPC', () => {
     assert.equal(status['code'], 2);
     assert.deepEqual(status['current_limit'], { requests_per_unit: 1, unit: 1 });
     assert.ok(await metricValue(metrics, 'edge_ratelimit_decisions_total{code="over_limit"}') >= 2);
+  });
+
+  test('only Envoy may ask (issue 26): no token, a wrong one or another scheme → UNAUTHENTICATED, and no bucket is touched', async () => {
+    const ask = (md: grpc.Metadata): Promise<grpc.ServiceError | null> => new Promise((resolve) => {
+      client.makeUnaryRequest(method.path, method.requestSerialize, method.responseDeserialize, { domain: 'edge', descriptors: [v4('198.51.100.9')], hits_addend: 40 }, md, (e) => resolve(e));
+    });
+    const md = (...values: string[]): grpc.Metadata => {
+      const m = new grpc.Metadata();
+      for (const v of values) m.add('authorization', v);
+      return m;
+    };
+    const wrong = randomBytes(32).toString('hex');
+    for (const [name, m] of [['none', md()], ['wrong token', md(`Bearer ${wrong}`)], ['token without scheme', md(TOKEN)], ['Basic', md(`Basic ${TOKEN}`)],
+      ['token with a suffix', md(`Bearer ${TOKEN}x`)]] as const) {
+      const err = await ask(m);
+      assert.equal(err?.code, grpc.status.UNAUTHENTICATED, `${name}: ${err?.details}`);
+    }
+    const after = await call({ domain: 'edge', descriptors: [v4('198.51.100.9')] });
+    assert.equal(headers(after)['x-ratelimit-remaining'], '39', 'the victim\'s bucket is full: the refused calls took nothing');
   });
 
   test('an IPv6 client is its /64 and a mapped address is its IPv4, whichever descriptor carries it; hits_addend is honoured', async () => {
@@ -410,14 +440,14 @@ describe('ratelimit – without Redis, and late answers', () => {
     const metrics = createMetrics({ geoipBuildEpochSecs: () => 0, defaultMetrics: false });
     const server = createGrpcServer({
       evaluate: () => ALLOW, observe: () => {}, onError: () => {},
-      services: [rateLimitService({ buckets: undefined, limits: limitsOf(20, 40), metrics, logger })],
+      services: [rateLimitService({ buckets: undefined, limits: limitsOf(20, 40), metrics, logger, token })],
     });
     const port = await server.listen('127.0.0.1', 0);
     server.setServing(true);
     const client = new grpc.Client(`127.0.0.1:${port}`, grpc.credentials.createInsecure());
     try {
       const err = await new Promise<grpc.ServiceError | null>((resolve) => {
-        client.makeUnaryRequest(method.path, method.requestSerialize, method.responseDeserialize, { domain: 'edge', descriptors: [v4('192.0.2.1')] }, (e) => resolve(e));
+        client.makeUnaryRequest(method.path, method.requestSerialize, method.responseDeserialize, { domain: 'edge', descriptors: [v4('192.0.2.1')] }, asEnvoy(), (e) => resolve(e));
       });
       assert.equal(err?.code, grpc.status.UNAVAILABLE);
       assert.match(err?.details ?? '', /REDIS_URL/);
@@ -437,7 +467,7 @@ describe('ratelimit – without Redis, and late answers', () => {
     const slow: Buckets = { take: async () => { await sleep(150); return { allowed: true, remaining: 1, untilFullUs: 1 }; } };
     const server = createGrpcServer({
       evaluate: () => ALLOW, observe: () => {}, onError: () => {},
-      services: [rateLimitService({ buckets: slow, limits: limitsOf(20, 40), metrics, logger })],
+      services: [rateLimitService({ buckets: slow, limits: limitsOf(20, 40), metrics, logger, token })],
     });
     const port = await server.listen('127.0.0.1', 0);
     server.setServing(true);
@@ -445,7 +475,7 @@ describe('ratelimit – without Redis, and late answers', () => {
     try {
       const err = await new Promise<grpc.ServiceError | null>((resolve) => {
         client.makeUnaryRequest(method.path, method.requestSerialize, method.responseDeserialize, { domain: 'edge', descriptors: [v4('192.0.2.1')] },
-          { deadline: Date.now() + 50 }, (e) => resolve(e));
+          asEnvoy(), { deadline: Date.now() + 50 }, (e) => resolve(e));
       });
       assert.equal(err?.code, grpc.status.DEADLINE_EXCEEDED);
       await sleep(200);

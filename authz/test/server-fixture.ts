@@ -17,6 +17,7 @@ import type { Clock, GeoLookup, MarketLookup, NonceStore } from '../src/common/p
 import { RedisBuckets } from '../src/ratelimit/bucket.ts';
 import { rateLimitService } from '../src/ratelimit/service.ts';
 import { createCheckLimiter } from '../src/ratelimit/check-limit.ts';
+import { readTokenFile } from '../src/common/token.ts';
 import { checkRequestObject, decodeCheckResponse, newFeedKey, outcomeOf, type CheckSpec, type FeedKey } from './helpers.ts';
 import type { Redis } from 'ioredis';
 
@@ -72,8 +73,11 @@ export async function startFixture(opts: {
     config, credentials, geo, nonces, markets: opts.markets,
     clock: opts.clock ?? { nowSecs: () => Math.floor(Date.now() / 1000), nowMs: () => Date.now() },
     logger, metrics,
-    // As app.ts wires it: the global rate limit's service beside Check (its buckets on the Redis, if any).
-    grpcServices: [rateLimitService({ buckets, limits: config, metrics, logger })],
+    // As app.ts wires it: the global rate limit's service beside Check (its buckets on the Redis, if
+    // any), only with RATELIMIT_SERVICE_TOKEN_FILE (and so RATELIMIT_SERVICE_ADDRESS) in `env`.
+    grpcServices: config.rateLimitTokenFile === undefined ? [] : [rateLimitService({
+      buckets, limits: config, metrics, logger, token: readTokenFile('RATELIMIT_SERVICE_TOKEN_FILE', config.rateLimitTokenFile),
+    })],
     // and the bucket taken in Check when this service is the global limiter (REDIS_URL in `env`).
     ...(buckets !== undefined && config.rateLimitScope === 'global' && config.rateLimitService === undefined
       ? { globalLimit: createCheckLimiter({ buckets, limits: config, metrics, logger }) } : {}),

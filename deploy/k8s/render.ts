@@ -9,6 +9,9 @@
  *                                            edge.trading/config-sha256, so a settings change rolls the pods
  *   overlays/production/generated.yaml       the same three, rendered from the production settings
  *                                            (a strategic-merge patch replacing the base's)
+ *   overlays/production/generated-networkpolicy.yaml
+ *                                            a JSON patch of the NetworkPolicy: Envoy's port admitted
+ *                                            only from PRODUCTION_EDGE_SOURCES (the load balancer)
  *
  *   scripts/node deploy/k8s/render.ts           # (npm run render:k8s) rewrite the files
  *   scripts/node deploy/k8s/render.ts --check   # exit 1 if a committed file is stale
@@ -29,6 +32,10 @@ export const MOUNTS = {
   clientCert: '/etc/edge/client',
   backendCa: '/etc/edge/backend-ca',
   secrets: '/etc/edge/secrets',
+  /** The admin token (Secret edge-admin), in the authz container only. */
+  admin: '/etc/edge/admin',
+  /** The seal volume (an emptyDir: it lives as long as the pod, across container restarts). */
+  seal: '/var/lib/edge',
   geoip: '/var/lib/geoip',
 } as const;
 
@@ -40,6 +47,8 @@ export const SECRETS = {
   ingest: { name: 'edge-ingest', keys: ['ingest-hmac', 'ingest-hmac-previous', 'feed-public-keys'] },
   clientCert: { name: 'edge-client-cert', keys: ['tls.crt', 'tls.key'] },
   backendCa: { name: 'edge-backend-ca', keys: ['ca.crt'] },
+  /** The admin token: POST /admin/seal needs it (docs/operations.md "Seal and unseal"). */
+  admin: { name: 'edge-admin', keys: ['admin-token'] },
 } as const;
 
 /**
@@ -83,7 +92,7 @@ export const K8S_ENV: Readonly<Record<string, string>> = {
   MARKET_ADDRESS: '127.0.0.1',
   AUTHZ_BIND_ADDRESS: '0.0.0.0',
   MARKET_BIND_ADDRESS: '127.0.0.1',
-  // Prometheus scrapes :9464/metrics; /admin/seal on that port still answers loopback peers only.
+  // Prometheus scrapes :9464/metrics; /admin/seal on that port answers loopback peers with the admin token only.
   ADMIN_BIND_ADDRESS: '0.0.0.0',
   // One trusted hop: the cloud L7 load balancer in front of the Service appends the client address.
   XFF_NUM_TRUSTED_HOPS: '1',
@@ -113,6 +122,11 @@ export const K8S_ENV: Readonly<Record<string, string>> = {
   // Empty outside a key rotation (docs/operations.md).
   EDGE_INGEST_HMAC_PREVIOUS_FILE: `${MOUNTS.secrets}/ingest-hmac-previous`,
   EDGE_FEED_ED25519_PUBLIC_KEY_FILE: `${MOUNTS.secrets}/feed-public-keys`,
+  // POST /admin/seal needs the token (the pod's other containers share its loopback, not the
+  // Secret); a seal is kept on the seal volume: the restarted container comes back sealed until
+  // the pod is deleted (docs/operations.md "Seal and unseal").
+  AUTHZ_ADMIN_TOKEN_FILE: `${MOUNTS.admin}/admin-token`,
+  AUTHZ_SEAL_FILE: `${MOUNTS.seal}/sealed`,
   AUTHZ_TIMEOUT_MS: '1000',
   SHUTDOWN_GRACE_MS: '10000',
   LOG_LEVEL: 'info',
@@ -125,12 +139,42 @@ export const PRODUCTION_ENV: Readonly<Record<string, string>> = {
   AUTHZ_WORKERS: '2',
 };
 
+/**
+ * Who may reach Envoy's port in production: the load balancer in front of the Service, as
+ * NetworkPolicyPeer objects (the NetworkPolicy's `from` of that port; docs/deploy.md
+ * "NetworkPolicy"). The pod trusts one X-Forwarded-For hop, so any other source could write the
+ * client address geo and the rate limit judge. Set it to your balancer: its proxy ranges
+ * (`{ipBlock: {cidr: …}}`, e.g. 35.191.0.0/16 and 130.211.0.0/22 for Google's external Application
+ * Load Balancer) or the ingress controller's pods (the default: ingress-nginx's, by its namespace
+ * and pod labels), then `npm run render:k8s`.
+ */
+export const PRODUCTION_EDGE_SOURCES: readonly Record<string, unknown>[] = [
+  {
+    namespaceSelector: { matchLabels: { 'kubernetes.io/metadata.name': 'ingress-nginx' } },
+    podSelector: { matchLabels: { 'app.kubernetes.io/name': 'ingress-nginx', 'app.kubernetes.io/component': 'controller' } },
+  },
+];
+
 const DIR = new URL('./', import.meta.url);
 export const GENERATED = {
   base: fileURLToPath(new URL('base/generated.yaml', DIR)),
   baseRollout: fileURLToPath(new URL('base/generated-rollout.yaml', DIR)),
   production: fileURLToPath(new URL('overlays/production/generated.yaml', DIR)),
+  productionNetworkPolicy: fileURLToPath(new URL('overlays/production/generated-networkpolicy.yaml', DIR)),
 } as const;
+
+/**
+ * The production NetworkPolicy patch (RFC 6902, applied by kustomize): a `from` for the ingress
+ * rule of Envoy's port. The `test` op makes the build fail, rather than open another port to
+ * those sources, should that rule no longer come first in base/networkpolicy.yaml.
+ */
+function edgeSourcesPatch(env: Readonly<Record<string, string>>): Record<string, unknown>[] {
+  const { edgePort } = loadConfig(env);
+  return [
+    { op: 'test', path: '/spec/ingress/0/ports', value: [{ protocol: 'TCP', port: edgePort }] },
+    { op: 'add', path: '/spec/ingress/0/from', value: PRODUCTION_EDGE_SOURCES },
+  ];
+}
 
 /** The annotation whose change makes the Deployment roll when settings or Envoy's config change. */
 export const CONFIG_HASH_ANNOTATION = 'edge.trading/config-sha256';
@@ -170,6 +214,7 @@ export function renderManifests(): Record<string, string> {
     [GENERATED.base]: yamlDocs(base, 'K8S_ENV'),
     [GENERATED.baseRollout]: yamlDocs([rolloutPatch(base)], 'K8S_ENV'),
     [GENERATED.production]: yamlDocs([...production, rolloutPatch(production)], 'PRODUCTION_ENV'),
+    [GENERATED.productionNetworkPolicy]: `# GENERATED by deploy/k8s/render.ts from PRODUCTION_EDGE_SOURCES — do not edit; run: npm run render:k8s\n${YAML.stringify(edgeSourcesPatch(PRODUCTION_ENV), { lineWidth: 0 })}`,
   };
 }
 

@@ -449,6 +449,8 @@ export interface PodSetup {
   /** The ingest HMAC key file's content and the feed private key (hex seed), for a signing client. */
   readonly ingestHmac: string;
   readonly feedPrivateKeyHex: string;
+  /** The admin token (Secret edge-admin): POST /admin/seal. */
+  readonly adminToken: string;
   /** The client CA (its key) and the directory the pod's client certificate is published in. */
   readonly pkiDir: string;
   readonly clientCertDir: string;
@@ -463,19 +465,21 @@ export function fsGroup(deployment: Workload): number {
   return g;
 }
 
-function writeSecrets(dir: string, deployment: Workload, backendSan: string): { secretDirs: Record<string, string>; ingestHmac: string; feedPrivateKeyHex: string } {
+function writeSecrets(dir: string, deployment: Workload, backendSan: string): { secretDirs: Record<string, string>; ingestHmac: string; feedPrivateKeyHex: string; adminToken: string } {
   const gid = fsGroup(deployment);
   const pkiDir = join(dir, FILES.pki);
   const pki = generateDevPki(pkiDir, backendSan);
   const { privateKey, publicKey } = generateKeyPairSync('ed25519');
   const hex = (b64url: string | undefined): string => Buffer.from(b64url ?? '', 'base64url').toString('hex');
   const ingestHmac = `hex:${randomBytes(32).toString('hex')}`;
+  const adminToken = randomBytes(32).toString('hex');
   const feedPrivateKeyHex = hex(privateKey.export({ format: 'jwk' }).d);
   writeFileSync(join(dir, FILES.feedPrivateKey), `${feedPrivateKeyHex}\n`, { mode: 0o600 });
   const content: Record<string, Record<string, string | Buffer>> = {
     [SECRETS.ingest.name]: { 'ingest-hmac': `${ingestHmac}\n`, 'ingest-hmac-previous': '', 'feed-public-keys': `${hex(publicKey.export({ format: 'jwk' }).x)}\n` },
     [SECRETS.clientCert.name]: { 'tls.crt': readFileSync(join(pkiDir, 'client-1.crt')), 'tls.key': readFileSync(join(pkiDir, 'client-1.key')) },
     [SECRETS.backendCa.name]: { 'ca.crt': readFileSync(pki.backendCaFile) },
+    [SECRETS.admin.name]: { 'admin-token': `${adminToken}\n` },
   };
   const secretDirs: Record<string, string> = {};
   for (const v of secretVolumes(deployment)) {
@@ -490,7 +494,7 @@ function writeSecrets(dir: string, deployment: Workload, backendSan: string): { 
     publishKubeletDir(d, files, gid);
     secretDirs[v.secretName] = d;
   }
-  return { secretDirs, ingestHmac, feedPrivateKeyHex };
+  return { secretDirs, ingestHmac, feedPrivateKeyHex, adminToken };
 }
 
 /**
@@ -547,6 +551,7 @@ export function setupPod(opts: SetupOptions): PodSetup {
     secretDirs: secrets.secretDirs,
     ingestHmac: secrets.ingestHmac,
     feedPrivateKeyHex: secrets.feedPrivateKeyHex,
+    adminToken: secrets.adminToken,
     pkiDir: join(dir, FILES.pki),
     clientCertDir: secrets.secretDirs[SECRETS.clientCert.name] ?? '',
     backendHost,

@@ -15,10 +15,11 @@ import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync, spawnSync } from 'node:child_process';
 import { chmodSync, mkdirSync, readFileSync, readdirSync, rmSync, statSync, writeFileSync } from 'node:fs';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
 import YAML from 'yaml';
 import { loadConfig } from '../../authz/src/common/config.ts';
 import { loadCredentials } from '../../authz/src/common/credentials.ts';
+import { readTokenFile } from '../../authz/src/common/token.ts';
 import { envoyBinary } from '../../envoy/envoy-bin.ts';
 import { main as renderCli } from '../../envoy/render-cli.ts';
 import { COMPOSE_FILES, unsearchableDir } from '../compose-setup.ts';
@@ -185,7 +186,13 @@ test('compose – every secret and mount resolves to a file compose-setup.ts wro
     for (const m of serviceMounts(composed, svc)) {
       if (m.kind === 'volume') assert.ok(composed.volumes[m.source] !== undefined, `${svc}: volume ${m.source}`);
       else assert.ok(statSync(m.source, { throwIfNoEntry: false }) !== undefined, `${svc}: ${m.source} missing`);
-      if (m.kind === 'bind') assert.ok(m.readOnly, `${svc}: bind mounts are read-only`);
+      // Read-only, but for the TS service's state directory: the seal marker (AUTHZ_SEAL_FILE) is written there.
+      const sealDir = svc === 'authz' ? dirname(composed.services['authz']?.environment?.['AUTHZ_SEAL_FILE'] ?? '') : undefined;
+      if (m.kind === 'bind' && m.target === sealDir) {
+        const st = statSync(m.source);
+        assert.deepEqual([st.isDirectory(), st.mode & 0o777, st.uid], [true, 0o700, Number(dotenv['EDGE_UID'])], `${svc}: ${m.source} is the containers' user's own directory`);
+        assert.ok(!m.readOnly, `${svc}: the seal directory is writable`);
+      } else if (m.kind === 'bind') assert.ok(m.readOnly, `${svc}: bind mounts are read-only`);
     }
   }
   // authz: every file setting through its mounts; then config + credentials load from them.
@@ -193,7 +200,7 @@ test('compose – every secret and mount resolves to a file compose-setup.ts wro
   const mounts = serviceMounts(composed, 'authz');
   const env = { ...authz.environment };
   for (const [k, v] of Object.entries(env)) {
-    if (/_FILE$/.test(k) && !/^(ORDER_BACKEND_CA|EDGE_CLIENT_CERT|EDGE_CLIENT_KEY)_FILE$/.test(k)) {
+    if (/_FILE$/.test(k) && !/^(ORDER_BACKEND_CA|EDGE_CLIENT_CERT|EDGE_CLIENT_KEY|AUTHZ_SEAL)_FILE$/.test(k)) {
       env[k] = hostPath(mounts, v);
       checkSecretFile(env[k]);
     }
@@ -201,6 +208,7 @@ test('compose – every secret and mount resolves to a file compose-setup.ts wro
   env['GEOIP_DB'] = hostPath(mounts, env['GEOIP_DB']!);
   assert.ok(statSync(env['GEOIP_DB']).size > 1000);
   loadConfig(env);
+  readTokenFile('AUTHZ_ADMIN_TOKEN_FILE', env['AUTHZ_ADMIN_TOKEN_FILE']!);
   const creds = loadCredentials(env);
   assert.equal(creds.hmacKeys.length, 1, 'no HMAC rotation in progress: the previous-key file is empty');
   assert.equal(creds.feedKeys.length, 1);

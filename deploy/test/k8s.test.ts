@@ -27,7 +27,8 @@ import { renderEnvoy } from '../../envoy/render.ts';
 import { freePort } from '../../authz/test/redis-server.ts';
 import { generateDevPki } from '../../scripts/dev/certs.ts';
 import { ROOT } from '../paths.ts';
-import { CONFIG_HASH_ANNOTATION, GENERATED, K8S_ENV, MOUNTS, PRODUCTION_ENV, renderManifests, SECRETS, SHUTDOWN } from '../k8s/render.ts';
+import { CONFIG_HASH_ANNOTATION, GENERATED, K8S_ENV, MOUNTS, PRODUCTION_EDGE_SOURCES, PRODUCTION_ENV, renderManifests, SECRETS, SHUTDOWN } from '../k8s/render.ts';
+import { LIVENESS_SERVICE } from '../../authz/src/authz/grpc-server.ts';
 import { settingsRead, validateEnvoyThroughMounts } from './support.ts';
 import { composeConfig, kubectlVersion, kubernetesValidate, kustomize, yamlDocs, type Resource } from './tools.ts';
 import { tempDir } from '../../authz/test/temp-dir.ts';
@@ -176,7 +177,9 @@ for (const name of Object.keys(KUSTOMIZATIONS)) {
     assert.deepEqual(authz.ports?.map((p) => p.containerPort), [config.authzGrpcPort, config.authzAdminPort]);
     assert.equal(config.marketBindAddress, '127.0.0.1');
     assert.deepEqual(authz.readinessProbe?.['grpc'], { port: config.authzGrpcPort });
-    assert.deepEqual(authz.livenessProbe?.['grpc'], { port: config.authzGrpcPort });
+    // Liveness asks edge.liveness, SERVING while the process answers even sealed: a pod sealed through
+    // the admin port is not ready (readiness: NOT_SERVING) but is not restarted in a loop.
+    assert.deepEqual(authz.livenessProbe?.['grpc'], { port: config.authzGrpcPort, service: LIVENESS_SERVICE });
     const deployment = find(rs, 'Deployment');
     const template = (deployment['spec'] as { template: { metadata: { annotations: Record<string, string>; labels: Record<string, string> } } }).template.metadata;
     assert.equal(template.annotations['prometheus.io/port'], String(config.authzAdminPort));
@@ -207,17 +210,27 @@ for (const name of Object.keys(KUSTOMIZATIONS)) {
     assert.deepEqual((find(rs, 'HorizontalPodAutoscaler')['spec'] as { scaleTargetRef: unknown }).scaleTargetRef, { apiVersion: 'apps/v1', kind: 'Deployment', name: 'edge' });
   });
 
-  test(`kubernetes (${name}) – NetworkPolicy: only Envoy's client port from anywhere, its ingest port from the feed pipeline's pods only, metrics from monitoring only; egress to Redis/Sentinel, the backend port and DNS`, () => {
+  test(`kubernetes (${name}) – NetworkPolicy: Envoy's client port from anywhere (base) or from the load balancer only (production: PRODUCTION_EDGE_SOURCES), its ingest port from the feed pipeline's pods only, metrics from monitoring only; egress to Redis/Sentinel, the backend port and DNS`, () => {
     const rs = build(name);
     const config = loadConfig(settingsOf(rs));
     const np = find(rs, 'NetworkPolicy')['spec'] as { policyTypes: string[]; ingress: { from?: Record<string, unknown>[]; ports: { port: number }[] }[]; egress: { ports: { port: number }[] }[] };
     assert.deepEqual(np.policyTypes, ['Ingress', 'Egress']);
     const open = np.ingress.filter((r) => r.from === undefined).flatMap((r) => r.ports.map((p) => p.port));
-    assert.deepEqual(open, [config.edgePort]);
     const restricted = np.ingress.filter((r) => r.from !== undefined).flatMap((r) => r.ports.map((p) => p.port));
-    assert.deepEqual(restricted, [config.ingestPort, config.authzAdminPort]);
     const ingestFrom = np.ingress.find((r) => r.ports.some((p) => p.port === config.ingestPort))?.from;
     assert.deepEqual(ingestFrom, [{ podSelector: { matchLabels: { 'app.kubernetes.io/name': 'feed-pipeline' } } }], 'the feed pipeline\'s pods, by label');
+    const edgeRule = np.ingress.find((r) => r.ports.some((p) => p.port === config.edgePort));
+    const sorted = (ports: readonly number[]): number[] => [...ports].sort((x, y) => x - y);
+    if (name === 'production') {
+      // Anything else that reached 8080 could write the X-Forwarded-For entry the pod trusts (issue 26).
+      assert.deepEqual(open, [], 'no port open to every source');
+      assert.deepEqual(edgeRule?.from, PRODUCTION_EDGE_SOURCES);
+      assert.ok(PRODUCTION_EDGE_SOURCES.length > 0);
+      assert.deepEqual(sorted(restricted), sorted([config.edgePort, config.ingestPort!, config.authzAdminPort]));
+    } else {
+      assert.deepEqual(open, [config.edgePort]);
+      assert.deepEqual(sorted(restricted), sorted([config.ingestPort!, config.authzAdminPort]));
+    }
     for (const p of [config.authzGrpcPort, config.marketPort]) assert.ok(!open.includes(p) && !restricted.includes(p), `port ${p} must not be admitted`);
     const egress = np.egress.flatMap((r) => r.ports.map((p) => p.port));
     const redisPorts = (sentinelOptions(config.redisUrl!).sentinels ?? []).map((s) => Number((s as { port: number }).port));
@@ -248,7 +261,16 @@ for (const name of Object.keys(KUSTOMIZATIONS)) {
       } else assert.ok(v.persistentVolumeClaim !== undefined, `${path}: ${v.name}`);
       return v.name;
     };
-    for (const k of ['EDGE_INGEST_HMAC_FILE', 'EDGE_INGEST_HMAC_PREVIOUS_FILE', 'EDGE_FEED_ED25519_PUBLIC_KEY_FILE']) provides('authz', env[k]!);
+    for (const k of ['EDGE_INGEST_HMAC_FILE', 'EDGE_INGEST_HMAC_PREVIOUS_FILE', 'EDGE_FEED_ED25519_PUBLIC_KEY_FILE', 'AUTHZ_ADMIN_TOKEN_FILE']) provides('authz', env[k]!);
+    // The admin token is the TS service's alone: Envoy (sharing the pod's loopback) never mounts it.
+    const adminVolume = volumes.find((v) => v.secret?.secretName === SECRETS.admin.name)?.name;
+    assert.ok(adminVolume !== undefined && !(container(rs, 'envoy').volumeMounts ?? []).some((m) => m.name === adminVolume), 'Envoy has no admin token');
+    // The seal marker: on a writable emptyDir of the pod (it survives container restarts, not the pod), the TS service's only.
+    const sealDir = env['AUTHZ_SEAL_FILE']!.slice(0, env['AUTHZ_SEAL_FILE']!.lastIndexOf('/'));
+    const sealMount = (container(rs, 'authz').volumeMounts ?? []).find((m) => m.mountPath === sealDir);
+    assert.ok(sealMount !== undefined && sealMount.readOnly !== true, `${sealDir}: a writable mount`);
+    assert.ok(volumes.find((v) => v.name === sealMount.name)?.emptyDir !== undefined, 'an emptyDir');
+    assert.ok(!(container(rs, 'envoy').volumeMounts ?? []).some((m) => m.name === sealMount.name));
     assert.equal(provides('authz', env['GEOIP_DB']!), 'geoip');
     for (const k of ['ORDER_BACKEND_CA_FILE', 'EDGE_CLIENT_CERT_FILE', 'EDGE_CLIENT_KEY_FILE']) provides('envoy', env[k]!);
     const configFile = container(rs, 'envoy').args![container(rs, 'envoy').args!.indexOf('-c') + 1]!;

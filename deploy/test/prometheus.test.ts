@@ -37,7 +37,7 @@ test('prometheus – the alert rules pass promtool check rules', () => {
 });
 
 test('prometheus – promtool check rules refuses a broken rule (the check fails when promtool does)', () => {
-  const broken = readFileSync(ALERTS, 'utf8').replace('expr: max(edge_authz_sealed) == 1', 'expr: max(edge_authz_sealed == 1');
+  const broken = readFileSync(ALERTS, 'utf8').replace('expr: max(edge_authz_sealed) >= 1', 'expr: max(edge_authz_sealed >= 1');
   assert.notEqual(broken, readFileSync(ALERTS, 'utf8'));
   const r = promtoolOn(['check', 'rules'], 'alerts.yaml', broken);
   assert.notEqual(r.status, 0);
@@ -129,6 +129,17 @@ test('prometheus – promtool test rules: the alerts fire on the conditions they
       alert_rule_test: [
         { eval_time: '30m', alertname: 'EdgeGeoipStale', exp_alerts: [] },
         { eval_time: '90m', alertname: 'EdgeGeoipStale', exp_alerts: [firing('EdgeGeoipStale', {})] },
+      ],
+    },
+    { // a pod with AUTHZ_WORKERS=2 sealed (its primary sums the workers' gauges: 2) stays sealed; the other never is
+      interval: '1m',
+      input_series: [
+        { series: 'edge_authz_sealed{instance="a"}', values: '0 2x10' },
+        { series: 'edge_authz_sealed{instance="b"}', values: '0x10' },
+      ],
+      alert_rule_test: [
+        { eval_time: '2m', alertname: 'EdgeSealed', exp_alerts: [] },
+        { eval_time: '5m', alertname: 'EdgeSealed', exp_alerts: [firing('EdgeSealed', {})] },
       ],
     },
   ];

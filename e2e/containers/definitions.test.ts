@@ -46,6 +46,7 @@ test('containers driver – every environment variable is a setting the service 
   for (const name of ['EDGE_INGEST_HMAC', 'EDGE_FEED_ED25519_PUBLIC_KEY', 'EDGE_FEED_ED25519_KEY']) assert.equal(env[name], undefined, name);
   assert.equal(env['EDGE_INGEST_HMAC_FILE'], `${PATHS.secrets}/${SECRET_FILES.hmac}`);
   assert.equal(env['EDGE_FEED_ED25519_PUBLIC_KEY_FILE'], `${PATHS.secrets}/${SECRET_FILES.feedPublicKeys}`);
+  assert.equal(env['AUTHZ_ADMIN_TOKEN_FILE'], `${PATHS.secrets}/${SECRET_FILES.adminToken}`);
   assert.equal(bindsOf('authz').get(PATHS.secrets), input.secretsDir);
   assert.equal(env['GEO_TRUSTED_CIDRS'], CONTAINER_TRUSTED_CIDRS);
   loadConfig(env);
@@ -80,7 +81,7 @@ test('containers driver – admin requests run inside a container reach a loopba
   const server = createServer((req, res) => {
     res.writeHead(req.method === 'POST' ? 202 : 200, { 'transfer-encoding': 'chunked' });
     res.write(`${req.method} `);
-    res.end(`${req.url ?? ''}\n`);
+    res.end(`${req.url ?? ''}${req.headers.authorization === undefined ? '' : ` ${req.headers.authorization}`}\n`);
   });
   await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
   const port = (server.address() as { port: number }).port;
@@ -91,6 +92,12 @@ test('containers driver – admin requests run inside a container reach a loopba
         execFile(bin === 'node' ? join(ROOT, 'scripts/node') : bin!, args, (err, stdout) => (err === null ? resolve(stdout) : reject(err)));
       });
       assert.deepEqual(parseLoopbackResponse(tool, out), { status: 202, body: 'POST /admin/seal\n' }, tool);
+      // With the admin token: the authorization header reaches the port, exactly.
+      const [bin2, ...args2] = loopbackRequestCommand(tool, port, 'POST', '/admin/seal', 'Bearer abc123');
+      const out2 = await new Promise<string>((resolve, reject) => {
+        execFile(bin2 === 'node' ? join(ROOT, 'scripts/node') : bin2!, args2, (err, stdout) => (err === null ? resolve(stdout) : reject(err)));
+      });
+      assert.deepEqual(parseLoopbackResponse(tool, out2), { status: 202, body: 'POST /admin/seal Bearer abc123\n' }, `${tool} with a token`);
     }
   } finally {
     server.close();

@@ -36,7 +36,9 @@ export const PATHS = {
 } as const;
 
 /** File names in the secrets directory (written 0400 by the driver). */
-export const SECRET_FILES = { hmac: 'ingest_hmac', feedPublicKeys: 'feed_public_keys' } as const;
+export const SECRET_FILES = { hmac: 'ingest_hmac', feedPublicKeys: 'feed_public_keys', adminToken: 'admin_token' } as const;
+/** Where the TS service keeps a seal through the admin port (AUTHZ_SEAL_FILE): the container's own /tmp, kept across its restarts. */
+export const CONTAINER_SEAL_FILE = '/tmp/edge-sealed';
 
 export interface ContainerDef {
   readonly name: 'redis' | 'authz' | 'envoy';
@@ -123,6 +125,8 @@ export function containerDefinitions(input: ContainerStackInput): ContainerDef[]
         ...env,
         EDGE_INGEST_HMAC_FILE: `${PATHS.secrets}/${SECRET_FILES.hmac}`,
         EDGE_FEED_ED25519_PUBLIC_KEY_FILE: `${PATHS.secrets}/${SECRET_FILES.feedPublicKeys}`,
+        AUTHZ_ADMIN_TOKEN_FILE: `${PATHS.secrets}/${SECRET_FILES.adminToken}`,
+        AUTHZ_SEAL_FILE: CONTAINER_SEAL_FILE,
       },
       exposedPorts: [PORTS.grpc, PORTS.market, PORTS.admin],
       binds: [[input.secretsDir, PATHS.secrets], ...(input.geoipDb === undefined ? [] : [[dirname(input.geoipDb), PATHS.geoipDir] as const])],
@@ -150,12 +154,13 @@ export function containerDefinitions(input: ContainerStackInput): ContainerDef[]
  */
 export type LoopbackTool = 'node' | 'bash';
 
-export function loopbackRequestCommand(tool: LoopbackTool, port: number, method: string, path: string): string[] {
+export function loopbackRequestCommand(tool: LoopbackTool, port: number, method: string, path: string, authorization = ''): string[] {
   if (tool === 'node') {
-    return ['node', '-e', 'fetch(`http://127.0.0.1:${process.argv[1]}${process.argv[2]}`,{method:process.argv[3]}).then(async r=>process.stdout.write(r.status+"\\n"+await r.text()))', String(port), path, method];
+    // The authorization header (POST /admin/seal's admin token) only when one is given.
+    return ['node', '-e', 'fetch(`http://127.0.0.1:${process.argv[1]}${process.argv[2]}`,{method:process.argv[3],headers:process.argv[4]?{authorization:process.argv[4]}:{}}).then(async r=>process.stdout.write(r.status+"\\n"+await r.text()))', String(port), path, method, authorization];
   }
   // Envoy's admin answers HTTP/1.0 with 426: speak HTTP/1.1 and close.
-  return ['bash', '-c', 'exec 3<>/dev/tcp/127.0.0.1/$0 && printf "%s %s HTTP/1.1\\r\\nHost: localhost\\r\\nContent-Length: 0\\r\\nConnection: close\\r\\n\\r\\n" "$2" "$1" >&3 && cat <&3', String(port), path, method];
+  return ['bash', '-c', 'exec 3<>/dev/tcp/127.0.0.1/$0 && printf "%s %s HTTP/1.1\\r\\nHost: localhost\\r\\n%bContent-Length: 0\\r\\nConnection: close\\r\\n\\r\\n" "$2" "$1" "${3:+Authorization: $3\\r\\n}" >&3 && cat <&3', String(port), path, method, authorization];
 }
 
 /** The status and body from what loopbackRequestCommand printed. */

@@ -89,14 +89,14 @@ function gatewayOf(network: StartedNetwork): string {
 }
 
 /** Runs one HTTP request inside a container against its loopback port. */
-async function execRequest(c: StartedTestContainer, tool: LoopbackTool, port: number, method: string, path: string): Promise<{ status: number; body: string }> {
-  return parseLoopbackResponse(tool, (await c.exec([...loopbackRequestCommand(tool, port, method, path)])).stdout);
+async function execRequest(c: StartedTestContainer, tool: LoopbackTool, port: number, method: string, path: string, authorization?: string): Promise<{ status: number; body: string }> {
+  return parseLoopbackResponse(tool, (await c.exec([...loopbackRequestCommand(tool, port, method, path, authorization)])).stdout);
 }
 
 /** A host HTTP server forwarding every request into the container's loopback `port`. */
 async function loopbackProxy(get: () => StartedTestContainer, tool: LoopbackTool, port: number): Promise<{ url: string; server: Server }> {
   const server = createServer((req, res) => {
-    execRequest(get(), tool, port, req.method ?? 'GET', req.url ?? '/')
+    execRequest(get(), tool, port, req.method ?? 'GET', req.url ?? '/', req.headers.authorization)
       .then((r) => res.writeHead(r.status).end(r.body))
       .catch((err: unknown) => res.writeHead(502).end(String(err)));
   });
@@ -106,6 +106,7 @@ async function loopbackProxy(get: () => StartedTestContainer, tool: LoopbackTool
 }
 
 export async function startContainerStack(opts: StackOptions = {}): Promise<Stack> {
+  if (opts.rateLimitServiceSelf === true) throw new Error('rateLimitServiceSelf: the containers driver does not run that deployment (local processes only)');
   const engine = dockerEngine();
   if (!engine.ok) throw new Error(`E2E_DRIVER=containers needs a container engine: ${engine.why}`);
   removeOrphans();
@@ -123,6 +124,8 @@ export async function startContainerStack(opts: StackOptions = {}): Promise<Stac
   const secretsDir = join(dir, 'secrets');
   mkdirSync(secretsDir, { mode: 0o700 });
   writeFileSync(join(secretsDir, SECRET_FILES.hmac), `hex:${hmacKey.toString('hex')}\n`, { mode: 0o400 });
+  const adminToken = randomBytes(32).toString('hex');
+  writeFileSync(join(secretsDir, SECRET_FILES.adminToken), `${adminToken}\n`, { mode: 0o400 });
   writeFileSync(join(secretsDir, SECRET_FILES.feedPublicKeys), `${Buffer.from(feed.publicKey.export({ format: 'jwk' }).x ?? '', 'base64url').toString('hex')}\n`, { mode: 0o400 });
   const input: ContainerStackInput = {
     pkiDir: pki.dir, envoyConfigDir: join(dir, 'envoy'), secretsDir, backendPort,
@@ -181,6 +184,8 @@ export async function startContainerStack(opts: StackOptions = {}): Promise<Stac
     ingestUrl: `http://${envoy.getHost()}:${envoy.getMappedPort(env['INGEST_PORT'] === undefined ? PORTS.edge : Number(env['INGEST_PORT']))}`,
     envoyAdmin: envoyAdmin.url,
     authzAdmin: authzAdmin.url,
+    adminToken,
+    get authzGrpc() { return `${get('authz')().getHost()}:${get('authz')().getMappedPort(PORTS.grpc)}`; },
     redis: {
       get port() { return redisC().getMappedPort(PORTS.redis); },
       get url() { return `redis://${redisC().getHost()}:${redisC().getMappedPort(PORTS.redis)}/0`; },

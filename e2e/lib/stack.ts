@@ -39,6 +39,11 @@ export interface StackOptions {
    * JavaScript the image runs, compiled by bench/lib/compile-js.ts).
    */
   readonly serviceEntry?: string;
+  /**
+   * Envoy asks the TS service's own RateLimitService for the global limit (RATELIMIT_SERVICE_ADDRESS
+   * = its gRPC port, with a RATELIMIT_SERVICE_TOKEN_FILE both read); local driver only.
+   */
+  readonly rateLimitServiceSelf?: boolean;
 }
 
 export interface Stack {
@@ -62,6 +67,10 @@ export interface Stack {
   readonly feedPrivateKey: ReturnType<typeof generateKeyPairSync>['privateKey'];
   readonly envoyAdmin: string;
   readonly authzAdmin: string;
+  /** The admin token (AUTHZ_ADMIN_TOKEN_FILE): POST /admin/seal needs `authorization: Bearer <it>`. */
+  readonly adminToken: string;
+  /** host:port of the TS service's gRPC server, as a caller beside Envoy reaches it. */
+  readonly authzGrpc: string;
   /** Every line the processes wrote (stdout + stderr), for the no-secrets-in-logs check. */
   logs(): string;
   killAuthz(): Promise<void>;
@@ -101,6 +110,10 @@ export async function startStack(opts: StackOptions = {}): Promise<Stack> {
   const feed = generateKeyPairSync('ed25519');
   const feedPub = Buffer.from(feed.publicKey.export({ format: 'jwk' }).x ?? '', 'base64url').toString('hex');
   const [edgePort, grpcPort, marketPort, adminPort, envoyAdminPort] = await Promise.all([freePort(), freePort(), freePort(), freePort(), freePort()]);
+  // The admin token and the seal marker, as npm start and the deployments have them.
+  const adminToken = randomBytes(32).toString('hex');
+  writeFileSync(join(dir, 'admin-token'), `${adminToken}\n`, { mode: 0o600 });
+  if (opts.rateLimitServiceSelf === true) writeFileSync(join(dir, 'ratelimit-token'), `${randomBytes(32).toString('hex')}\n`, { mode: 0o600 });
   const env: Record<string, string> = {
     EDGE_PORT: String(edgePort),
     AUTHZ_GRPC_PORT: String(grpcPort),
@@ -115,6 +128,9 @@ export async function startStack(opts: StackOptions = {}): Promise<Stack> {
     ...(opts.geoipDb !== undefined ? { GEOIP_DB: opts.geoipDb } : {}),
     LOG_LEVEL: 'info',
     SHUTDOWN_GRACE_MS: '200',
+    AUTHZ_ADMIN_TOKEN_FILE: join(dir, 'admin-token'),
+    AUTHZ_SEAL_FILE: join(dir, 'sealed'),
+    ...(opts.rateLimitServiceSelf === true ? { RATELIMIT_SERVICE_ADDRESS: `127.0.0.1:${grpcPort}`, RATELIMIT_SERVICE_TOKEN_FILE: join(dir, 'ratelimit-token') } : {}),
     ...opts.env,
   };
   const secrets = { EDGE_INGEST_HMAC: `hex:${hmacKey.toString('hex')}`, EDGE_FEED_ED25519_PUBLIC_KEY: feedPub };
@@ -193,6 +209,8 @@ export async function startStack(opts: StackOptions = {}): Promise<Stack> {
     feedPrivateKey: feed.privateKey,
     envoyAdmin: `http://127.0.0.1:${envoyAdminPort}`,
     authzAdmin: `http://127.0.0.1:${adminPort}`,
+    adminToken,
+    authzGrpc: `127.0.0.1:${grpcPort}`,
     logs: () => readFileSync(logPath, 'utf8'),
     async killAuthz() {
       if (authz === undefined) return;

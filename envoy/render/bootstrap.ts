@@ -2,7 +2,7 @@
  * The bootstrap: node, admin, overload manager, and the static listeners and clusters.
  */
 import { ENVOY_NON_HEAP_MB, type Config } from '../../authz/src/common/config.ts';
-import { clusters } from './clusters.ts';
+import { clusters, rateLimitTokenSecrets } from './clusters.ts';
 import { socketAddress, typedExtension, type JsonObject, type RenderOptions } from './common.ts';
 import { ingestListener, listener } from './listener.ts';
 import { TYPE_URL } from './names.ts';
@@ -91,6 +91,7 @@ export function buildBootstrap(config: Config, opts: RenderOptions): JsonObject 
     static_resources: {
       listeners: [listener(config, opts), ...(ingest === undefined ? [] : [ingest])],
       clusters: clusters(config, opts),
+      ...(rateLimitTokenSecrets(config).length === 0 ? {} : { secrets: rateLimitTokenSecrets(config) }),
     },
   };
 }

@@ -4,7 +4,7 @@
 import { isIP } from 'node:net';
 import type { Config, OrderBackendConfig } from '../../authz/src/common/config.ts';
 import { canonicalIp, duration, socketAddress, typedConfig, typedExtension, type JsonObject, type RenderOptions } from './common.ts';
-import { CLUSTER, TYPE_URL, type ClusterName } from './names.ts';
+import { CLUSTER, RATE_LIMIT_TOKEN_SECRET, TYPE_URL, type ClusterName } from './names.ts';
 import { clientCertSdsConfig } from './sds.ts';
 import { globalLimitFilter } from './global-rate-limit.ts';
 
@@ -73,9 +73,38 @@ export function authzCluster(config: Config): JsonObject {
 }
 
 /**
+ * The upstream filters of the rate limit cluster with RATELIMIT_SERVICE_TOKEN_FILE: a credential
+ * injector writes `authorization: Bearer <token>` on every call (the ratelimit filter's gRPC calls
+ * go through the cluster's upstream filters; checked on Envoy 1.40), the token read by Envoy from
+ * the static generic secret RATE_LIMIT_TOKEN_SECRET (bootstrap.ts), i.e. from the file: it is in no
+ * rendered config. A call without it is never sent (allow_request_without_credential: false).
+ */
+function rateLimitTokenFilters(): JsonObject[] {
+  return [
+    typedExtension('envoy.filters.http.credential_injector', TYPE_URL.credentialInjector, {
+      overwrite: true,
+      allow_request_without_credential: false,
+      credential: typedExtension('envoy.http.injected_credentials.generic', TYPE_URL.genericCredential, {
+        credential: { name: RATE_LIMIT_TOKEN_SECRET },
+        header: 'authorization',
+        header_value_prefix: 'Bearer ',
+      }),
+    }),
+    typedExtension('envoy.filters.http.upstream_codec', TYPE_URL.upstreamCodec, {}),
+  ];
+}
+
+/** The static secret of the RateLimitService token (RATELIMIT_SERVICE_TOKEN_FILE), for bootstrap.ts. */
+export function rateLimitTokenSecrets(config: Config): JsonObject[] {
+  if (config.rateLimitTokenFile === undefined || !globalLimitFilter(config)) return [];
+  return [{ name: RATE_LIMIT_TOKEN_SECRET, generic_secret: { secret: { filename: config.rateLimitTokenFile } } }];
+}
+
+/**
  * The RateLimitService at RATELIMIT_SERVICE_ADDRESS (rendered only then; without it the TS
  * service's Check takes the global bucket), else the TS service's gRPC port. HTTP/2 like authz;
- * a failed or slow call fails open (global-rate-limit.ts).
+ * a failed or slow call fails open (global-rate-limit.ts). With RATELIMIT_SERVICE_TOKEN_FILE every
+ * call carries the token (rateLimitTokenFilters): the TS service's RateLimitService answers nothing else.
  */
 export function rateLimitCluster(config: Config): JsonObject {
   const { host, port } = config.rateLimitService ?? { host: config.authzAddress, port: config.authzGrpcPort };
@@ -93,6 +122,7 @@ export function rateLimitCluster(config: Config): JsonObject {
           connection_keepalive: { interval: '30s', timeout: '5s' },
         },
       },
+      ...(config.rateLimitTokenFile === undefined ? {} : { http_filters: rateLimitTokenFilters() }),
     }),
   };
 }

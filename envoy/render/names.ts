@@ -79,6 +79,11 @@ export type HttpFilterName = Exclude<(typeof FILTER)[keyof typeof FILTER], typeo
 
 /** Name of the SDS secret holding the edge's client certificate. */
 export const CLIENT_CERT_SECRET = 'edge_client_cert';
+/**
+ * Name of the static generic secret holding the RateLimitService token (RATELIMIT_SERVICE_TOKEN_FILE:
+ * Envoy reads the file; the token itself is in no rendered file).
+ */
+export const RATE_LIMIT_TOKEN_SECRET = 'ratelimit_token';
 /** The Lua source (LuaPerRoute.name) that turns an order envelope into its payload bytes. */
 export const ORDER_BODY_LUA = 'order_body';
 /** The XFF guard's RBAC policy; a local-reply mapper matches its denial by this name. */
@@ -110,5 +115,8 @@ export const TYPE_URL = {
   connLimit: 'type.googleapis.com/envoy.extensions.resource_monitors.downstream_connections.v3.DownstreamConnectionsConfig',
   httpInspector: 'type.googleapis.com/envoy.extensions.filters.listener.http_inspector.v3.HttpInspector',
   fixedHeap: 'type.googleapis.com/envoy.extensions.resource_monitors.fixed_heap.v3.FixedHeapConfig',
+  credentialInjector: 'type.googleapis.com/envoy.extensions.filters.http.credential_injector.v3.CredentialInjector',
+  genericCredential: 'type.googleapis.com/envoy.extensions.http.injected_credentials.generic.v3.Generic',
+  upstreamCodec: 'type.googleapis.com/envoy.extensions.filters.http.upstream_codec.v3.UpstreamCodec',
 } as const;
 export type TypeUrl = (typeof TYPE_URL)[keyof typeof TYPE_URL];

@@ -31,15 +31,23 @@ import { ALLOW } from '../../authz/src/authz/decision.ts';
 import { createGrpcServer, type AuthzGrpcServer } from '../../authz/src/authz/grpc-server.ts';
 import { RedisBuckets, type Buckets } from '../../authz/src/ratelimit/bucket.ts';
 import { rateLimitService } from '../../authz/src/ratelimit/service.ts';
+import { readTokenFile } from '../../authz/src/common/token.ts';
+import { tokenFile } from '../../authz/test/helpers.ts';
 import { createCheckLimiter, withGlobalLimit } from '../../authz/src/ratelimit/check-limit.ts';
 import { PrivateRedis } from '../../authz/test/redis-server.ts';
 import { envoyBinary, validateBootstrap } from '../envoy-bin.ts';
 import { main as renderCli } from '../render-cli.ts';
 import { CLUSTER, FILTER, RATE_LIMIT_SERVICE_TIMEOUT_MS, rateLimitServiceConfig, renderEnvoy, type JsonObject } from '../render.ts';
+import { RATE_LIMIT_TOKEN_SECRET } from '../render/names.ts';
 import { at, certPaths, clusterNamed, httpFilters, makeCerts, request, startEnvoy, startMarketStub, tempDir, type LiveEnvoy, type Upstream } from './helpers.ts';
 
 const work = tempDir('edge-envoy-grl-');
-after(() => work.cleanup());
+/** The RateLimitService token (RATELIMIT_SERVICE_TOKEN_FILE) Envoy sends and the service requires. */
+const rlToken = tokenFile();
+after(() => {
+  work.cleanup();
+  rlToken.remove();
+});
 type Obj = Record<string, unknown>;
 
 function render(env: Env): { bootstrap: JsonObject; text: string; file: string } {
@@ -129,6 +137,26 @@ describe('rendered: RATE_LIMIT_SCOPE', () => {
     assert.equal(at(clusterNamed(v6, CLUSTER.rateLimit), 'load_assignment.endpoints[0].lb_endpoints[0].endpoint.address.socket_address.address'), '::1');
   });
 
+  test('RATELIMIT_SERVICE_TOKEN_FILE: every call to the rate limit service carries authorization: Bearer <token>, which Envoy reads from the file (in no rendered file); without it, no injector and no secret', () => {
+    const { bootstrap, text, file } = render({ REDIS_URL: REDIS, RATELIMIT_SERVICE_ADDRESS: '127.0.0.1:8081', RATELIMIT_SERVICE_TOKEN_FILE: rlToken.file });
+    assert.ok(!text.includes(rlToken.token), 'the token is not in the config');
+    assert.deepEqual(at(bootstrap, 'static_resources.secrets'), [{ name: RATE_LIMIT_TOKEN_SECRET, generic_secret: { secret: { filename: rlToken.file } } }]);
+    const upstreamFilters = (b: JsonObject): Obj[] | undefined => ((clusterNamed(b, CLUSTER.rateLimit)?.['typed_extension_protocol_options'] as Obj)['envoy.extensions.upstreams.http.v3.HttpProtocolOptions'] as Obj)['http_filters'] as Obj[] | undefined;
+    const filters = upstreamFilters(bootstrap) ?? [];
+    assert.deepEqual(filters.map((f) => f['name']), ['envoy.filters.http.credential_injector', 'envoy.filters.http.upstream_codec']);
+    assert.deepEqual(at(filters[0], 'typed_config.credential.typed_config'), {
+      '@type': 'type.googleapis.com/envoy.extensions.http.injected_credentials.generic.v3.Generic',
+      credential: { name: RATE_LIMIT_TOKEN_SECRET }, header: 'authorization', header_value_prefix: 'Bearer ',
+    });
+    assert.equal(at(filters[0], 'typed_config.allow_request_without_credential'), false, 'a call is never sent without it');
+    const v = validateBootstrap(file);
+    assert.equal(v.exitCode, 0, v.output);
+    const plain = render({ REDIS_URL: REDIS, RATELIMIT_SERVICE_ADDRESS: '127.0.0.1:8081' }).bootstrap;
+    assert.equal((plain['static_resources'] as Obj)['secrets'], undefined);
+    assert.equal(upstreamFilters(plain), undefined);
+    assert.throws(() => loadConfig({ REDIS_URL: REDIS, RATELIMIT_SERVICE_TOKEN_FILE: rlToken.file }), /RATELIMIT_SERVICE_TOKEN_FILE: expected to be set only with RATELIMIT_SERVICE_ADDRESS/);
+  });
+
   test('local (and no Redis): byte for byte the config without the global limit — no ratelimit filter, no rate limit cluster, the local bucket writes its headers', () => {
     const plain = render({});
     const local = render({ REDIS_URL: REDIS, RATE_LIMIT_SCOPE: 'local' });
@@ -199,6 +227,8 @@ describe('live Envoy 1.40: the global rate limit', { skip: envoyAvailable ? fals
   let checks = 0;
   const client = (): Record<string, string> => ({ 'x-forwarded-for': `203.0.113.${++ip}` });
   const metrics = createMetrics({ geoipBuildEpochSecs: () => 0, defaultMetrics: false });
+  const otherMetrics = createMetrics({ geoipBuildEpochSecs: () => 0, defaultMetrics: false });
+  let unsigned: LiveEnvoy;
   const rateLimited = async (): Promise<number> => Number(/edge_ratelimit_decisions_total\{code="over_limit"\} (\d+)/.exec(await metrics.registry.metrics())?.[1]);
 
   before(async () => {
@@ -206,15 +236,18 @@ describe('live Envoy 1.40: the global rate limit', { skip: envoyAvailable ? fals
     redisClient = createRedis(redis.url);
     await new Promise((r) => redisClient.once('ready', r));
     const buckets = new RedisBuckets(redisClient, limits);
-    // The TS service as in production: ext_authz Check taking the bucket (check-limit.ts), and the
-    // RateLimitService still served on the same port.
+    // The TS service as in production: ext_authz Check taking the bucket (check-limit.ts); no
+    // RateLimitService on its port (app.ts serves it only with RATELIMIT_SERVICE_TOKEN_FILE).
     const evaluate = withGlobalLimit(createCheckLimiter({ buckets, limits, metrics, logger }), () => { checks++; return ALLOW; });
-    ts = createGrpcServer({ evaluate, observe: () => {}, onError: () => {}, services: [rateLimitService({ buckets, limits, metrics, logger })] });
+    ts = createGrpcServer({ evaluate, observe: () => {}, onError: () => {} });
     const tsPort = await ts.listen('127.0.0.1', 0);
     ts.setServing(true);
-    // "Another implementation" at RATELIMIT_SERVICE_ADDRESS, slowed or stopped at will.
+    // The TS service's RateLimitService at RATELIMIT_SERVICE_ADDRESS (requiring the token Envoy
+    // sends from RATELIMIT_SERVICE_TOKEN_FILE), slowed or stopped at will.
     const slow: Buckets = { take: async (c, h) => { if (otherDelayMs > 0) await sleep(otherDelayMs); return buckets.take(`other:${c}`, h); } };
-    other = createGrpcServer({ evaluate: () => ALLOW, observe: () => {}, onError: () => {}, services: [rateLimitService({ buckets: slow, limits, metrics: createMetrics({ geoipBuildEpochSecs: () => 0, defaultMetrics: false }), logger })] });
+    other = createGrpcServer({ evaluate: () => ALLOW, observe: () => {}, onError: () => {}, services: [rateLimitService({
+      buckets: slow, limits, metrics: otherMetrics, logger, token: readTokenFile('RATELIMIT_SERVICE_TOKEN_FILE', rlToken.file),
+    })] });
     const otherPort = await other.listen('127.0.0.1', 0);
     other.setServing(true);
     market = await startMarketStub();
@@ -236,15 +269,17 @@ describe('live Envoy 1.40: the global rate limit', { skip: envoyAvailable ? fals
       if (r.sds !== undefined) writeFileSync(join(dir, 'sds.yaml'), r.sds);
       return startEnvoy(join(dir, 'envoy.yaml'), dir);
     };
-    [a, b, external] = await Promise.all([
+    [a, b, external, unsigned] = await Promise.all([
       start('replica-a', { ...base, REDIS_URL: redis.url }),
       start('replica-b', { ...base, REDIS_URL: redis.url }),
-      start('external', { ...base, RATELIMIT_SERVICE_ADDRESS: `127.0.0.1:${otherPort}` }),
+      start('external', { ...base, RATELIMIT_SERVICE_ADDRESS: `127.0.0.1:${otherPort}`, RATELIMIT_SERVICE_TOKEN_FILE: rlToken.file }),
+      // An Envoy without the token, standing for any caller that reaches the port.
+      start('unsigned', { ...base, RATELIMIT_SERVICE_ADDRESS: `127.0.0.1:${otherPort}` }),
     ]);
   });
 
   after(async () => {
-    await Promise.all([a?.stop(), b?.stop(), external?.stop()]);
+    await Promise.all([a?.stop(), b?.stop(), external?.stop(), unsigned?.stop()]);
     await Promise.all([ts?.close(0), other?.close(0), market?.close()]);
     redisClient?.disconnect();
     await redis?.stop();
@@ -304,6 +339,21 @@ describe('live Envoy 1.40: the global rate limit', { skip: envoyAvailable ? fals
     const after = (await metrics.registry.getSingleMetric('edge_ratelimit_decisions_total')?.get())?.values.reduce((n, v) => n + v.value, 0);
     assert.equal(after, before, 'the bucket was not taken (Envoy answers the route itself)');
     assert.equal(checks, checksBefore + 1, 'one Check, geo only: no header phase, no body phase');
+  });
+
+  test('RATELIMIT_SERVICE_ADDRESS + RATELIMIT_SERVICE_TOKEN_FILE: Envoy\'s calls carry the token and are answered (the global stage refuses past RATE_BURST); an Envoy without it is refused UNAUTHENTICATED, counted as an error, and its requests meet its local limit only', async () => {
+    const decisions = async (): Promise<number> => ((await otherMetrics.registry.getSingleMetric('edge_ratelimit_decisions_total')?.get())?.values ?? []).reduce((n, v) => n + v.value, 0);
+    const me = client();
+    const before = await decisions();
+    for (let i = 0; i < 3; i++) assert.equal((await request(external.edgePort, 'GET', '/healthz', me)).status, 200);
+    assert.equal(await decisions(), before + 3, 'each call with the token was decided');
+    const errorsBefore = Number((await unsigned.stats('ratelimit')).get('cluster.market.ratelimit.error') ?? 0);
+    const other = client();
+    const statuses: number[] = [];
+    for (let i = 0; i < 4; i++) statuses.push((await request(unsigned.edgePort, 'GET', '/healthz', other)).status);
+    assert.deepEqual(statuses, [200, 200, 200, 429], 'the local bucket (RATE_BURST 3) still holds');
+    assert.equal(await decisions(), before + 3, 'no call without the token reached a bucket');
+    assert.equal(Number((await unsigned.stats('ratelimit')).get('cluster.market.ratelimit.error')), errorsBefore + 3, 'refused, counted by Envoy');
   });
 
   test('the service slower than its 100-ms timeout: the request passes after ~100 ms on the local limit; Envoy counts the error', async () => {

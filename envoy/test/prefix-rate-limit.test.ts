@@ -113,7 +113,7 @@ describe('live Envoy 1.40: the prefix bucket', { skip: envoyAvailable ? false : 
     rls = createGrpcServer({
       evaluate: () => ALLOW, observe: () => {}, onError: () => {},
       services: [{
-        name: SERVICE_NAMES.rateLimit, available: true,
+        name: SERVICE_NAMES.rateLimit, proto: 'envoy/service/ratelimit/v3/rls.proto', available: true,
         definition: { ShouldRateLimit: { ...method, requestDeserialize: decodeRateLimitRequest, responseSerialize: encodeRateLimitResponse } } as unknown as import('@grpc/grpc-js').ServiceDefinition,
         implementation: {
           ShouldRateLimit: (call: { request: RateLimitRequest }, cb: (e: null, r: unknown) => void) => {

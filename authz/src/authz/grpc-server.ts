@@ -12,13 +12,23 @@ import * as grpc from '@grpc/grpc-js';
 import type { MethodDefinition, ServiceDefinition } from '@grpc/proto-loader';
 import { ReflectionService } from '@grpc/reflection';
 import { HealthImplementation } from 'grpc-health-check';
-import { loadPackageDefinition, PROTO_INCLUDE_DIRS, SERVICE_NAMES, SERVICE_PROTOS } from '../../../proto/index.ts';
+import { loadPackageDefinition, PROTO_INCLUDE_DIRS, SERVICE_NAMES } from '../../../proto/index.ts';
 import { reflectionPackage } from '../../../proto/reflection.ts';
 import { protoPath as healthProtoPath } from 'grpc-health-check';
 import { deny, type Decision } from './decision.ts';
 import { decodeCheckRequest, type AuthzInput } from './codec/request.ts';
 import { encodeDecision, type Serialize } from './codec/response.ts';
 import type { GrpcServiceRegistration } from '../ratelimit/service.ts';
+
+/**
+ * The grpc.health.v1 service name a liveness probe asks: SERVING for as long as the process
+ * answers at all, sealed or not (a sealed process is alive and must not be restarted in a loop:
+ * it stays sealed, NOT_SERVING for '' and Check, until an operator unseals it; docs/operations.md).
+ */
+export const LIVENESS_SERVICE = 'edge.liveness';
+
+/** The ext_authz .proto file (relative to PROTO_INCLUDE_DIRS), for reflection. */
+const AUTHORIZATION_PROTO = 'envoy/service/auth/v3/external_auth.proto';
 
 /** Any unexpected failure inside Check: deny 503, never an allow. */
 export const INTERNAL_DENY = deny('service_unavailable', 'internal error; the request was not accepted');
@@ -110,13 +120,15 @@ export function createGrpcServer(deps: GrpcDeps): AuthzGrpcServer {
   const extra = deps.services ?? [];
   for (const svc of extra) server.addService(svc.definition, svc.implementation);
   const health = new HealthImplementation({
+    [LIVENESS_SERVICE]: 'SERVING',
     '': 'NOT_SERVING',
     [SERVICE_NAMES.authorization]: 'NOT_SERVING',
     ...Object.fromEntries(extra.map((svc) => [svc.name, 'NOT_SERVING'])),
   });
   health.addToServer(server);
-  // Descriptors per original .proto file with qualified names (see proto/reflection.ts).
-  new ReflectionService(reflectionPackage([...SERVICE_PROTOS, healthProtoPath], PROTO_INCLUDE_DIRS) as never).addToServer(server);
+  // Descriptors per original .proto file with qualified names (see proto/reflection.ts), of the
+  // services this server serves (a service not registered is not listed either).
+  new ReflectionService(reflectionPackage([AUTHORIZATION_PROTO, ...extra.map((svc) => svc.proto), healthProtoPath], PROTO_INCLUDE_DIRS) as never).addToServer(server);
 
   return {
     server,

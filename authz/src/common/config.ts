@@ -91,6 +91,17 @@ export interface Config {
   readonly marketBindAddress: string;
   /** Address the admin server (/metrics, /admin/seal) binds to. Seal is loopback-only regardless. */
   readonly adminBindAddress: string;
+  /**
+   * The admin token file (AUTHZ_ADMIN_TOKEN_FILE): POST /admin/seal needs `authorization: Bearer
+   * <its content>`; unset, the admin port changes nothing (GET /metrics only). Read at start.
+   */
+  readonly adminTokenFile: string | undefined;
+  /**
+   * The seal marker (AUTHZ_SEAL_FILE): POST /admin/seal writes it before it seals; a process that
+   * finds it at start starts sealed, without loading any key, until an operator removes it
+   * (docs/operations.md "Seal and unseal"). Required with AUTHZ_ADMIN_TOKEN_FILE.
+   */
+  readonly sealFile: string | undefined;
   /** Where Envoy reaches the authz gRPC server and the market service. */
   readonly authzAddress: string;
   readonly marketAddress: string;
@@ -120,6 +131,12 @@ export interface Config {
    * the protocol, e.g. envoyproxy/ratelimit), else undefined: the TS service's gRPC port.
    */
   readonly rateLimitService: { readonly host: string; readonly port: number } | undefined;
+  /**
+   * RATELIMIT_SERVICE_TOKEN_FILE (only with RATELIMIT_SERVICE_ADDRESS): the token Envoy sends to the
+   * RateLimitService (`authorization: Bearer`, read by Envoy from the file) and the TS service's
+   * RateLimitService requires. Unset, the TS service does not serve RateLimitService at all.
+   */
+  readonly rateLimitTokenFile: string | undefined;
 
   // Ingest
   readonly replayWindowSecs: number;
@@ -416,6 +433,11 @@ export function configWarnings(c: Config): string[] {
       + `(before and after its body), each Check up to AUTHZ_TIMEOUT_MS=${c.authzTimeoutMs}, within it; a slow Check then ends `
       + 'in 408 instead of 503. Raise REQUEST_BODY_TIMEOUT_MS above 2 × AUTHZ_TIMEOUT_MS plus the time a body takes to arrive.');
   }
+  if (c.rateLimitService !== undefined && c.rateLimitTokenFile === undefined) {
+    out.push(`RATELIMIT_SERVICE_ADDRESS=${c.rateLimitService.host}:${c.rateLimitService.port} is set without RATELIMIT_SERVICE_TOKEN_FILE: `
+      + 'this service serves no RateLimitService (calls are UNIMPLEMENTED). If that address is this service, set RATELIMIT_SERVICE_TOKEN_FILE '
+      + 'for Envoy and for this service (docs/operations.md "Another rate limit service").');
+  }
   // A region rule overrides its country's in both directions (docs/api.md "Jurisdiction tiers"):
   // said once at start-up where that loosens the country's tier, in case it was not meant.
   for (const r of c.closeOnlyRegions) {
@@ -532,6 +554,16 @@ export function loadConfig(env: Env = process.env): Config {
   const prefixBurst = int(env, 'PREFIX_BURST', 5 * rateBurst, rateBurst, 50_000_000);
   const rateLimitService = hostPort(env, 'RATELIMIT_SERVICE_ADDRESS');
   const scope = rateLimitScope(env, redisUrl, rateLimitService);
+  const rateLimitTokenFile = str(env, 'RATELIMIT_SERVICE_TOKEN_FILE');
+  if (rateLimitTokenFile !== undefined && rateLimitService === undefined) {
+    throw new ConfigError('RATELIMIT_SERVICE_TOKEN_FILE', 'to be set only with RATELIMIT_SERVICE_ADDRESS (nothing asks a rate limit service otherwise)', rateLimitTokenFile);
+  }
+  const adminTokenFile = str(env, 'AUTHZ_ADMIN_TOKEN_FILE');
+  const sealFile = str(env, 'AUTHZ_SEAL_FILE');
+  if (adminTokenFile !== undefined && sealFile === undefined) {
+    // A seal through the admin port must outlive a restart of the process (docs/api.md "Seal").
+    throw new ConfigError('AUTHZ_SEAL_FILE', 'a file path when AUTHZ_ADMIN_TOKEN_FILE is set (a seal by POST /admin/seal is kept there across restarts)');
+  }
   const bindAddress = str(env, 'AUTHZ_BIND_ADDRESS') ?? '127.0.0.1';
   const workers = int(env, 'AUTHZ_WORKERS', 1, 1, 64);
   if (workers > 1 && redisUrl === undefined) {
@@ -566,6 +598,8 @@ export function loadConfig(env: Env = process.env): Config {
     bindAddress,
     marketBindAddress: str(env, 'MARKET_BIND_ADDRESS') ?? bindAddress,
     adminBindAddress: str(env, 'ADMIN_BIND_ADDRESS') ?? '127.0.0.1',
+    adminTokenFile,
+    sealFile,
     authzAddress: str(env, 'AUTHZ_ADDRESS') ?? '127.0.0.1',
     marketAddress: str(env, 'MARKET_ADDRESS') ?? '127.0.0.1',
 
@@ -577,6 +611,7 @@ export function loadConfig(env: Env = process.env): Config {
     prefixBurst,
     rateLimitScope: scope,
     rateLimitService: rateLimitService === undefined ? undefined : Object.freeze(rateLimitService),
+    rateLimitTokenFile,
 
     replayWindowSecs,
     nonceTtlSecs,

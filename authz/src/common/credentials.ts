@@ -27,6 +27,9 @@ export interface Credentials {
 }
 
 const HEX = /^(?:[0-9a-fA-F]{2})+$/;
+
+/** The secret settings loadCredentials deletes from `process.env` once read. */
+const SECRET_ENV = ['EDGE_INGEST_HMAC', 'EDGE_INGEST_HMAC_PREVIOUS', 'EDGE_FEED_ED25519_KEY'] as const;
 /**
  * Parses an HMAC key setting: `hex:<hex>` → hex-decoded, `base64:<b64>` → base64-decoded,
  * anything else → its UTF-8 bytes. Under 32 bytes → ConfigError (docs/api.md "POST /internal/ingest/market").
@@ -158,7 +161,7 @@ export function loadCredentials(env: Env = process.env, out: CredentialWarnings 
     throw new ConfigError('EDGE_FEED_ED25519_PUBLIC_KEY', 'at least one feed public key (or EDGE_FEED_ED25519_KEY)');
   }
   if (env === process.env) {
-    for (const name of ['EDGE_INGEST_HMAC', 'EDGE_INGEST_HMAC_PREVIOUS', 'EDGE_FEED_ED25519_KEY']) delete process.env[name];
+    for (const name of SECRET_ENV) delete process.env[name];
   }
   const hmac = hmacKeys.map((k) => new HmacSha256Key(k));
   const secretBuffers = Object.freeze([...hmacKeys, ...hmac.flatMap((h) => h.buffers)]);
@@ -171,5 +174,20 @@ export function loadCredentials(env: Env = process.env, out: CredentialWarnings 
     zeroize(): void {
       for (const b of secretBuffers) b.fill(0);
     },
+  });
+}
+
+
+/**
+ * No credentials at all: what a process that starts sealed holds (AUTHZ_SEAL_FILE present; docs/api.md
+ * "Seal"). No key file is read, and the secret variables are deleted from `process.env` as
+ * loadCredentials would.
+ */
+export function noCredentials(): Credentials {
+  for (const name of SECRET_ENV) delete process.env[name];
+  return Object.freeze({
+    hmacKeys: Object.freeze([]), hmac: Object.freeze([]), feedKeys: Object.freeze([]), feedKeyIds: Object.freeze([]),
+    secretBuffers: Object.freeze([]),
+    zeroize(): void { /* nothing held */ },
   });
 }

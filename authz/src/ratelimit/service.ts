@@ -25,6 +25,12 @@
  *   edge_ratelimit_late_total: Envoy had already let that request through.
  * - Without Redis (REDIS_URL unset) there is nothing to share: every call is UNAVAILABLE (which
  *   Envoy also treats as "allowed") and health reports the service NOT_SERVING.
+ * - Envoy is its only caller: a call without `authorization: Bearer <RATELIMIT_SERVICE_TOKEN_FILE's
+ *   token>` is UNAUTHENTICATED before any bucket is touched (a caller that reaches the gRPC port
+ *   could otherwise drain any client's bucket with hits_addend). Envoy sends the token from the
+ *   file itself (an upstream credential injector on its ratelimit cluster: envoy/render/clusters.ts).
+ *   app.ts registers the service only with that setting (and RATELIMIT_SERVICE_ADDRESS); otherwise
+ *   the port does not serve it at all (UNIMPLEMENTED).
  */
 import * as grpc from '@grpc/grpc-js';
 import type { MethodDefinition, ServiceDefinition } from '@grpc/proto-loader';
@@ -32,6 +38,7 @@ import { loadPackageDefinition, SERVICE_NAMES } from '../../../proto/index.ts';
 import { RATE_LIMIT } from '../common/contract.ts';
 import type { Logger } from '../common/log.ts';
 import type { AuthzMetrics } from '../common/metrics.ts';
+import type { TokenCheck } from '../common/token.ts';
 import { descriptorKeys, descriptorPrefix, nextTokenUs, tighter, type BucketLimits, type Buckets, type BucketState, type ClientKey, type Take } from './bucket.ts';
 import { CODE, decodeRateLimitRequest, encodeRateLimitResponse, type DescriptorStatus, type RateLimitRequest, type RateLimitResponse } from './codec.ts';
 
@@ -39,6 +46,8 @@ import { CODE, decodeRateLimitRequest, encodeRateLimitResponse, type DescriptorS
 export interface GrpcServiceRegistration {
   /** Fully qualified name (health and reflection). */
   readonly name: string;
+  /** Its .proto file (relative to PROTO_INCLUDE_DIRS), described by reflection only when it is served. */
+  readonly proto: string;
   readonly definition: grpc.ServiceDefinition;
   readonly implementation: grpc.UntypedServiceImplementation;
   /** False when it cannot serve at all: health reports NOT_SERVING for it whatever the server's state. */
@@ -54,6 +63,7 @@ export interface RateLimitServiceDeps {
 }
 
 const NO_LIMIT: DescriptorStatus = { code: CODE.OK };
+const RATE_LIMIT_PROTO = 'envoy/service/ratelimit/v3/rls.proto';
 
 /** The x-ratelimit-* headers of one bucket, as the local limiter writes them. */
 function headersOf(b: BucketState, burst: number, rps: number): [string, string][] {
@@ -133,8 +143,8 @@ export function createRateLimitHandler(deps: RateLimitServiceDeps): (req: RateLi
   };
 }
 
-/** The RateLimitService registration for the gRPC server (lean codec: codec.ts). */
-export function rateLimitService(deps: RateLimitServiceDeps): GrpcServiceRegistration {
+/** The RateLimitService registration for the gRPC server (lean codec: codec.ts), answering only callers with `token`. */
+export function rateLimitService(deps: RateLimitServiceDeps & { readonly token: TokenCheck }): GrpcServiceRegistration {
   const pd = loadPackageDefinition();
   const def = pd[SERVICE_NAMES.rateLimit] as ServiceDefinition;
   const method = def['ShouldRateLimit'] as MethodDefinition<object, object>;
@@ -142,7 +152,20 @@ export function rateLimitService(deps: RateLimitServiceDeps): GrpcServiceRegistr
     ShouldRateLimit: { ...method, requestDeserialize: decodeRateLimitRequest, responseSerialize: encodeRateLimitResponse },
   } as unknown as grpc.ServiceDefinition;
   const decide = createRateLimitHandler(deps);
+  // Refused calls are logged at most once per 10 s (a local caller could otherwise fill the log).
+  let refused = 0;
+  let lastLog = -Infinity;
   const shouldRateLimit: grpc.handleUnaryCall<RateLimitRequest, RateLimitResponse> = (call, callback) => {
+    const auth = call.metadata.get('authorization');
+    if (auth.length !== 1 || !deps.token.accepts(String(auth[0]))) {
+      refused++;
+      if (Date.now() - lastLog >= 10_000) {
+        lastLog = Date.now();
+        deps.logger.warn({ peer: call.getPeer(), refusedSoFar: refused }, 'RateLimitService call refused: no valid token (only Envoy may ask)');
+      }
+      callback({ code: grpc.status.UNAUTHENTICATED, details: 'RateLimitService answers Envoy only: authorization: Bearer <RATELIMIT_SERVICE_TOKEN_FILE token>' });
+      return;
+    }
     if (deps.buckets === undefined) {
       callback({ code: grpc.status.UNAVAILABLE, details: 'no rate limit store: REDIS_URL is unset (RATE_LIMIT_SCOPE=local)' });
       return;
@@ -153,5 +176,5 @@ export function rateLimitService(deps: RateLimitServiceDeps): GrpcServiceRegistr
       callback(null, res);
     }, (err: unknown) => callback({ code: grpc.status.INTERNAL, details: String(err) }));
   };
-  return { name: SERVICE_NAMES.rateLimit, definition, implementation: { ShouldRateLimit: shouldRateLimit }, available: deps.buckets !== undefined };
+  return { name: SERVICE_NAMES.rateLimit, proto: RATE_LIMIT_PROTO, definition, implementation: { ShouldRateLimit: shouldRateLimit }, available: deps.buckets !== undefined };
 }
