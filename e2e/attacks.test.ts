@@ -65,7 +65,12 @@ function raw(stack: Stack, text: string, opts: { waitMs?: number } = {}): Promis
       if (len !== undefined && rest.join('\r\n\r\n').length >= Number(len)) { sock.destroy(); done(); }
     });
     sock.on('end', done);
-    sock.on('error', (e) => { clearTimeout(timer); reject(e); });
+    // Envoy may answer (e.g. 431 to oversized headers) and reset while the request is still being
+    // written: an answer that arrived before the reset is the answer.
+    sock.on('error', (e) => {
+      if (/^HTTP\/1\.1 \d{3}/.test(got)) done();
+      else { clearTimeout(timer); reject(e); }
+    });
   });
 }
 
@@ -577,7 +582,16 @@ describe('attack: costly requests (issue 26): deep JSON orders, long id lists, l
     assert.equal(JSON.parse(under.body).error, 'invalid_query', 'the market service read it (unknown parameter x)');
     for (const bytes of [ENVOY_MAX_REQUEST_HEADERS_BYTES + 1024, 4 * ENVOY_MAX_REQUEST_HEADERS_BYTES]) {
       // The answer comes before the connection closes; a client still sending may see a reset after it.
-      const over = await raw(stack, `GET ${target(bytes)} HTTP/1.1\r\nhost: edge\r\nx-forwarded-for: 192.0.2.35\r\nconnection: close\r\n\r\n`);
+      let over;
+      try {
+        over = await raw(stack, `GET ${target(bytes)} HTTP/1.1\r\nhost: edge\r\nx-forwarded-for: 192.0.2.35\r\nconnection: close\r\n\r\n`);
+      } catch (err) {
+        // Envoy answers 431 and closes with request bytes still unread, so its kernel resets the
+        // connection, and a client whose kernel takes the reset before it read the answer loses the
+        // answer (Linux drops unread data on a reset). Refused either way; never served.
+        assert.equal((err as NodeJS.ErrnoException).code, 'ECONNRESET', String(err));
+        continue;
+      }
       assert.equal(over.status, 431, `${bytes}-byte URL`);
       assert.match(over.headers, /\r\ncontent-type: application\/json/);
       assert.deepEqual(JSON.parse(over.body), { error: 'bad_request', message: 'request headers are too large', requestId: null });
