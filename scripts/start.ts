@@ -632,12 +632,10 @@ let plan: Plan;
 let secrets: DevSecrets;
 try {
   plan = checkSettings();
-  devAdminToken();
-  devRateLimitToken(plan.config);
-  // Checked as the TS service will: the token files readable and long enough, the marker's directory writable.
-  readTokenFile('AUTHZ_ADMIN_TOKEN_FILE', env['AUTHZ_ADMIN_TOKEN_FILE'] ?? '');
+  // Token files given in the environment, checked as the TS service will (readable, long enough)
+  // before anything is written; the generated ones are made after the run directory (below).
+  if (env['AUTHZ_ADMIN_TOKEN_FILE'] !== ADMIN_TOKEN_DEFAULT) readTokenFile('AUTHZ_ADMIN_TOKEN_FILE', env['AUTHZ_ADMIN_TOKEN_FILE'] ?? '');
   if (!blank('RATELIMIT_SERVICE_TOKEN_FILE')) readTokenFile('RATELIMIT_SERVICE_TOKEN_FILE', env['RATELIMIT_SERVICE_TOKEN_FILE'] ?? '');
-  checkSealFileWritable(SEAL_FILE);
   secrets = devSecrets();
   if (secrets.fresh === undefined) refuseStaleKeys(secrets.values);
   for (const [k, v] of Object.entries(secrets.values)) {
@@ -653,6 +651,11 @@ try {
 await refuseIfRunning(plan);
 try {
   createRunDir(secrets);
+  // A refused start writes nothing: the development tokens only now, in the run directory.
+  devAdminToken();
+  devRateLimitToken(plan.config);
+  readTokenFile('AUTHZ_ADMIN_TOKEN_FILE', env['AUTHZ_ADMIN_TOKEN_FILE'] ?? '');
+  checkSealFileWritable(SEAL_FILE);
 } catch (err) {
   if (err instanceof ConfigError) refuse(err.message);
   throw err;
