@@ -336,6 +336,8 @@ containerSuite('pod', SKIP, () => {
       'Deployment/edge spec.template.spec.containers[name=envoy].image',
       'Deployment/edge spec.template.spec.containers[name=envoy].ports[name=http].hostIP',
       'Deployment/edge spec.template.spec.containers[name=envoy].ports[name=http].hostPort',
+      'Deployment/edge spec.template.spec.containers[name=envoy].ports[name=ingest].hostIP',
+      'Deployment/edge spec.template.spec.containers[name=envoy].ports[name=ingest].hostPort',
       'Deployment/edge spec.template.spec.hostAliases',
       ...['admin-token', 'backend-ca', 'client-cert', 'edge-secrets'].flatMap((v) => [`Deployment/edge spec.template.spec.volumes[name=${v}].hostPath`, `Deployment/edge spec.template.spec.volumes[name=${v}].secret`]),
     ].sort();

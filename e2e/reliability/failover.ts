@@ -53,8 +53,9 @@ function percentile(sorted: readonly number[], p: number): number {
 /** Which of `ids` the edge serves (through Envoy). */
 async function readable(stack: Stack, ids: readonly string[]): Promise<Set<string>> {
   const found = new Set<string>();
-  for (let i = 0; i < ids.length; i += 400) {
-    const res = await fetch(`${stack.edgeUrl}/v1/markets?limit=500&conditionId=${ids.slice(i, i + 400).join(',')}`);
+  // At most 100 ids a query (docs/api.md "Limits").
+  for (let i = 0; i < ids.length; i += 100) {
+    const res = await fetch(`${stack.edgeUrl}/v1/markets?limit=500&conditionId=${ids.slice(i, i + 100).join(',')}`);
     assert.equal(res.status, 200, await res.clone().text());
     for (const m of ((await res.json()) as { markets: { conditionId: string }[] }).markets) found.add(m.conditionId);
   }
@@ -81,7 +82,8 @@ export async function sentinelFailover(minReplicas: number, scale: FailoverScale
   try {
     stack = await startStack({
       redisUrl: d.url,
-      env: { REDIS_MIN_REPLICAS: String(minReplicas), RPS_PER_IP: '1000000', RATE_BURST: '1000000', LOG_LEVEL: 'warn' },
+      // One address is the whole feed, many ingests at a time: the pending-body bound is the attack suite's.
+      env: { REDIS_MIN_REPLICAS: String(minReplicas), RPS_PER_IP: '1000000', RATE_BURST: '1000000', LOG_LEVEL: 'warn', INGEST_MAX_PENDING_PER_CLIENT: '10000' },
     });
     return await run(d, stack, minReplicas, scale, n);
   } catch (err) {
