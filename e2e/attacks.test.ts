@@ -37,6 +37,13 @@ import { newFeedKey } from '../authz/test/helpers.ts';
 import { forgedIngestHeaders, holdMany, holdOne, release, rssMb as processRssMb, type HeldConnection, type HeldRequest } from './lib/held-bodies.ts';
 import { freePort } from '../authz/test/redis-server.ts';
 
+/**
+ * Under the containers driver the client reaches Envoy through Docker's port publishing (a userland
+ * proxy holding connections of its own): a test of Envoy's own socket behaviour (silent connections,
+ * the reset after a 431) would measure the proxy. Those run in the local-process pass.
+ */
+const THROUGH_DOCKER_PROXY = process.env['E2E_DRIVER'] === 'containers' ? 'measures Envoy\'s sockets, not reachable as such through Docker\'s port proxy (run in the local-process pass)' : false;
+
 const ENV = {
   XFF_NUM_TRUSTED_HOPS: '1',
   BLOCKED_COUNTRIES: 'KP,CU,IR',
@@ -353,7 +360,7 @@ describe('attack (issue 26): silent connections, zone ids in X-Forwarded-For, fl
     assert.equal((await request(stack, 'GET', '/', { ip: '192.0.2.72' })).status, 200);
   });
 
-  test(`attack: ${WANT.toLocaleString('en')} connections that never send a request are closed within FIRST_REQUEST_TIMEOUT_MS (+5 s), or refused past the connection cap; a kept-alive client is not`, { timeout: 120_000 }, async () => {
+  test(`attack: ${WANT.toLocaleString('en')} connections that never send a request are closed within FIRST_REQUEST_TIMEOUT_MS (+5 s), or refused past the connection cap; a kept-alive client is not`, { timeout: 120_000, skip: THROUGH_DOCKER_PROXY }, async () => {
     const port = Number(new URL(stack.edgeUrl).port);
     const deadline = FIRST_REQUEST_TIMEOUT_MS;
     const margin = 5_000; // a busy 2-core machine: Envoy's timer fires on time, closing thousands takes < 1 s
@@ -572,7 +579,7 @@ describe('attack: costly requests (issue 26): deep JSON orders, long id lists, l
     assert.equal(await metric(stack, 'edge_market_page_cache_bytes'), bytes);
   });
 
-  test(`a URL over Envoy's ${ENVOY_MAX_REQUEST_HEADERS_BYTES / 1024} KiB request-header limit is 431 bad_request JSON over HTTP/1.1 and refused over HTTP/2; under it, the service answers`, async () => {
+  test(`a URL over Envoy's ${ENVOY_MAX_REQUEST_HEADERS_BYTES / 1024} KiB request-header limit is 431 bad_request JSON over HTTP/1.1 and refused over HTTP/2; under it, the service answers`, { skip: THROUGH_DOCKER_PROXY }, async () => {
     const target = (bytes: number): string => {
       const head = `/v1/markets?conditionId=${market}&x=`;
       return head + 'a'.repeat(bytes - head.length);
