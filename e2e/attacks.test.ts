@@ -710,7 +710,7 @@ describe('attack: a City database, or one with integer flags, as ANONYMIZER_DB l
     }
   });
 
-  describe('on reload, through Envoy', () => {
+  describe('on reload, through Envoy', { skip: process.env['E2E_DRIVER'] === 'containers' ? 'renames a file on the host over the database, which a container bind mount of that file does not follow (the local-process pass runs it)' : false }, () => {
     const dir = scratchDir();
     const anonDb = join(dir, 'anonymizer.mmdb');
     copyFileSync(anonymizerFixtures().anonymizer, anonDb);
