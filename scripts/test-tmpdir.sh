@@ -17,8 +17,9 @@ trap 'remove; exit 143' TERM
 TMPDIR=$run "$@"
 status=$?
 # node-compile-cache: tsc, ESLint and Redocly enable Node's compile cache, which lives in TMPDIR by
-# default: a tool's cache, not a test's directory; it goes with the run's directory.
-left=$(find "$run" -mindepth 1 -maxdepth 1 ! -name node-compile-cache -printf '%f\n' | sort)
+# default: a tool's cache, not a test's directory; it goes with the run's directory. So does
+# testcontainers' lock file (testcontainers-node-<uid>.lock, taken while it looks for its reaper).
+left=$(find "$run" -mindepth 1 -maxdepth 1 ! -name node-compile-cache ! -name 'testcontainers-node-*.lock' -printf '%f\n' | sort)
 if [ -n "$left" ]; then
   echo "test-tmpdir: the run left these in its temporary directory $run:" >&2
   echo "$left" | sed 's/^/  /' >&2

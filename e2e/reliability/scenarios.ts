@@ -258,7 +258,7 @@ export async function soak(env: Env, scale: Scale): Promise<Row> {
   const rss1 = pids.map(rssKb);
   const fd1 = pids.map(openFds);
   const failed = out.filter((o) => o.status !== 200 && o.status !== 429);
-  assert.equal(failed.length, 0, `errors: ${JSON.stringify(count(failed))}`);
+  if (failed.length > 0) assert.fail(`errors: ${JSON.stringify(count(failed))}\n${await explainFailures(env.stack, failed)}`);
   const drift = rss1.map((r, k) => (r - (rss0[k] ?? r)) / (rss0[k] ?? 1));
   for (const [k, d] of drift.entries()) {
     assert.ok(d < 0.1, `process ${pids[k]} (${['Envoy', 'authz'][k] ?? '?'}) RSS drift ${(d * 100).toFixed(1)} %: ${rss0[k]} → ${rss1[k]} kB`);

@@ -5,9 +5,53 @@
  * REDIS_URL forms: redis://[:pass@]host:port[/db], rediss://… (TLS), and
  * redis+sentinel://[:pass@]host1:26379,host2:26379/<master-name>[/db] for Sentinel.
  */
-import { Redis, type RedisOptions } from 'ioredis';
+import { Redis, type Command, type RedisOptions } from 'ioredis';
 
 export const REDIS_COMMAND_TIMEOUT_MS = 250;
+
+/** A command's deadline timer (on the command object: no map to look it up in). */
+const DEADLINE = Symbol('edge.redis.deadline');
+type Timed = Command & { [DEADLINE]?: NodeJS.Timeout };
+
+/**
+ * ioredis with a command timeout that a stalled event loop cannot trip. ioredis's own
+ * `commandTimeout` rejects from a timer; after the process stalls (a GC pause, a long callback,
+ * the process descheduled on a busy host) Node runs due timers before it reads the sockets, so a
+ * reply that arrived in time, waiting in the socket, lost to the timer: the command failed
+ * ("Command timed out") though Redis had answered in a millisecond, and the request was denied
+ * 503 (an ingest in reliability 7's soak, CI 2026-11-26; reproduced by
+ * authz/test/redis-deadline.test.ts). Here the timer only schedules the verdict for the check
+ * phase (setImmediate), which comes after the poll phase has read every socket that is ready: a
+ * reply that is there wins; a Redis that has not answered still fails the command, at most one
+ * loop turn later than the timeout.
+ */
+export class EdgeRedis extends Redis {
+  readonly #timeoutMs: number | undefined;
+
+  constructor(target: string | RedisOptions, options: RedisOptions = {}) {
+    const { commandTimeout, ...rest } = typeof target === 'string' ? options : { ...target, ...options };
+    // This project reads replies in ioredis's default (legacy) mapping only.
+    const own = { ...rest, commandTimeout: undefined } as RedisOptions & { replyMapping?: 'legacy' };
+    // ioredis parses its arguments by type: a URL string, then an options object.
+    if (typeof target === 'string') super(target, own);
+    else super(own);
+    this.#timeoutMs = commandTimeout;
+  }
+
+  override sendCommand(command: Command, stream?: Parameters<Redis['sendCommand']>[1]): unknown {
+    const result = super.sendCommand(command, stream);
+    const ms = this.#timeoutMs;
+    const c = command as Timed;
+    if (ms !== undefined && !c.isSettled && c[DEADLINE] === undefined) {
+      const timer = setTimeout(() => setImmediate(() => {
+        if (!c.isSettled) c.reject(new Error('Command timed out'));
+      }), ms);
+      c[DEADLINE] = timer;
+      c.promise.then(() => clearTimeout(timer), () => clearTimeout(timer));
+    }
+    return result;
+  }
+}
 
 /**
  * Redis's clock as seen from this process: `now()` ≈ Redis `TIME` in ms. The offset is sampled
@@ -83,6 +127,6 @@ export function sentinelOptions(url: string): RedisOptions {
 
 /** Creates a client. `extra` is merged in (e.g. a subscriber needs the offline queue). */
 export function createRedis(url: string, extra: RedisOptions = {}): Redis {
-  if (url.startsWith('redis+sentinel://')) return new Redis({ ...BASE, ...sentinelOptions(url), ...extra });
-  return new Redis(url, { ...BASE, ...extra });
+  if (url.startsWith('redis+sentinel://')) return new EdgeRedis({ ...BASE, ...sentinelOptions(url), ...extra });
+  return new EdgeRedis(url, { ...BASE, ...extra });
 }
