@@ -1,8 +1,7 @@
 /** The default GeoIP database is announced as development-only when it would serve production. */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { execFileSync, spawn } from 'node:child_process';
-import { randomBytes } from 'node:crypto';
+import { execFileSync } from 'node:child_process';
 import { copyFileSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -10,8 +9,7 @@ import { DEFAULT_GEOIP_DB } from '../src/common/config.ts';
 import { defaultGeoipWarning, DEFAULT_GEOIP_PRODUCTION_WARNING, GEOIP_STALE_DAYS, geoipBuildEpochSecs, staleGeoipWarning } from '../src/common/geoip-default.ts';
 import { parse } from 'yaml';
 import { geoFixtures } from './geo-fixtures.ts';
-import { newFeedKey } from './helpers.ts';
-import { freePort } from './redis-server.ts';
+import { ServiceChild } from './service-child.ts';
 import { withTempDir } from './temp-dir.ts';
 
 const ROOT = fileURLToPath(new URL('../../', import.meta.url));
@@ -34,27 +32,13 @@ test('default GeoIP – the shipped package still describes its npm data as cont
 });
 
 test('default GeoIP – the service logs the warning once at start under NODE_ENV=production', async () => {
-  const [grpc, market, admin] = [await freePort(), await freePort(), await freePort()];
-  const child = spawn(`${ROOT}scripts/node`, [`${ROOT}authz/src/main.ts`], {
-    env: {
-      ...process.env, NODE_ENV: 'production', GEOIP_DB: '', REDIS_URL: '', LOG_LEVEL: 'warn',
-      EDGE_INGEST_HMAC: `hex:${randomBytes(32).toString('hex')}`, EDGE_FEED_ED25519_PUBLIC_KEY: newFeedKey().publicHex,
-      AUTHZ_GRPC_PORT: String(grpc), MARKET_PORT: String(market), AUTHZ_ADMIN_PORT: String(admin),
-    },
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
-  let out = '';
-  child.stdout.on('data', (d: Buffer) => { out += d.toString(); });
-  child.stderr.on('data', (d: Buffer) => { out += d.toString(); });
+  const svc = await ServiceChild.start({ NODE_ENV: 'production', GEOIP_DB: '', REDIS_URL: '', LOG_LEVEL: 'warn' });
   try {
-    for (let i = 0; i < 100; i++) {
-      if (await fetch(`http://127.0.0.1:${market}/`).then((r) => r.status === 200, () => false)) break;
-      await new Promise((r) => setTimeout(r, 100));
-    }
-    const lines = out.split('\n').filter((l) => l.includes('fit for development and tests only'));
-    assert.equal(lines.length, 1, out.slice(-2000));
+    assert.ok(await svc.ready(), svc.out());
+    const lines = svc.out().split('\n').filter((l) => l.includes('fit for development and tests only'));
+    assert.equal(lines.length, 1, svc.out().slice(-2000));
   } finally {
-    child.kill('SIGKILL');
+    svc.kill();
   }
 });
 
@@ -85,28 +69,14 @@ test('stale GeoIP warning – the service says it once at start for the default 
   const built = geoipBuildEpochSecs(DEFAULT_GEOIP_DB);
   assert.ok(built !== undefined && Date.now() / 1000 - built > GEOIP_STALE_DAYS * 86_400, 'the packaged database is past the threshold');
   assert.equal(staleGeoipWarning(geoFixtures().geoip2, geoipBuildEpochSecs(geoFixtures().geoip2)), undefined, 'a database generated now is not');
-  const [grpc, market, admin] = [await freePort(), await freePort(), await freePort()];
-  const child = spawn(`${ROOT}scripts/node`, [`${ROOT}authz/src/main.ts`], {
-    env: {
-      ...process.env, NODE_ENV: 'development', GEOIP_DB: '', REDIS_URL: '', LOG_LEVEL: 'warn',
-      EDGE_INGEST_HMAC: `hex:${randomBytes(32).toString('hex')}`, EDGE_FEED_ED25519_PUBLIC_KEY: newFeedKey().publicHex,
-      AUTHZ_GRPC_PORT: String(grpc), MARKET_PORT: String(market), AUTHZ_ADMIN_PORT: String(admin),
-    },
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
-  let out = '';
-  child.stdout.on('data', (d: Buffer) => { out += d.toString(); });
-  child.stderr.on('data', (d: Buffer) => { out += d.toString(); });
+  const svc = await ServiceChild.start({ NODE_ENV: 'development', GEOIP_DB: '', REDIS_URL: '', LOG_LEVEL: 'warn' });
   try {
-    for (let i = 0; i < 100; i++) {
-      if (await fetch(`http://127.0.0.1:${market}/`).then((r) => r.status === 200, () => false)) break;
-      await new Promise((r) => setTimeout(r, 100));
-    }
-    const lines = out.split('\n').filter((l) => l.includes('EdgeGeoipStale'));
-    assert.equal(lines.length, 1, out.slice(-2000));
+    assert.ok(await svc.ready(), svc.out());
+    const lines = svc.out().split('\n').filter((l) => l.includes('EdgeGeoipStale'));
+    assert.equal(lines.length, 1, svc.out().slice(-2000));
     const date = new Date(built * 1000).toISOString().slice(0, 10);
     assert.match(lines[0]!, new RegExp(`"level":40,.*"msg":"the GeoIP database was built on ${date}, \\d+ days ago: the EdgeGeoipStale alert`));
   } finally {
-    child.kill('SIGKILL');
+    svc.kill();
   }
 });

@@ -5,39 +5,17 @@
  */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
-import { randomBytes } from 'node:crypto';
 import { copyFileSync, mkdtempSync, renameSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { fileURLToPath } from 'node:url';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { DEFAULT_GEOIP_DB } from '../src/common/config.ts';
-import { freePort } from './redis-server.ts';
-import { newFeedKey } from './helpers.ts';
+import { ServiceChild } from './service-child.ts';
 
-const ROOT = fileURLToPath(new URL('../../', import.meta.url));
-
-async function startService(geoipDb: string) {
-  const [grpc, market, admin] = [await freePort(), await freePort(), await freePort()];
-  const child = spawn(`${ROOT}scripts/node`, [`${ROOT}authz/src/main.ts`], {
-    env: {
-      ...process.env, REDIS_URL: '', LOG_LEVEL: 'info', SHUTDOWN_GRACE_MS: '300', GEOIP_DB: geoipDb,
-      EDGE_INGEST_HMAC: `hex:${randomBytes(32).toString('hex')}`, EDGE_FEED_ED25519_PUBLIC_KEY: newFeedKey().publicHex,
-      AUTHZ_GRPC_PORT: String(grpc), MARKET_PORT: String(market), AUTHZ_ADMIN_PORT: String(admin),
-    },
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
-  let out = '';
-  child.stdout.on('data', (d: Buffer) => { out += d.toString(); });
-  child.stderr.on('data', (d: Buffer) => { out += d.toString(); });
-  const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) => child.once('exit', (code, signal) => resolve({ code, signal })));
-  for (let i = 0; i < 150; i++) {
-    if (await fetch(`http://127.0.0.1:${market}/`).then((r) => r.status === 200, () => false)) break;
-    await sleep(100);
-  }
-  assert.match(out, /edge authz ready/, 'the service came up');
-  return { child, exited, out: () => out };
+async function startService(geoipDb: string): Promise<ServiceChild> {
+  const svc = await ServiceChild.start({ REDIS_URL: '', LOG_LEVEL: 'info', SHUTDOWN_GRACE_MS: '300', GEOIP_DB: geoipDb });
+  assert.ok(await svc.ready(), `the service came up:\n${svc.out()}`);
+  return svc;
 }
 
 /** Exits within `ms`, or 'still running'. */
@@ -53,7 +31,7 @@ test('hang-up – SIGHUP seals the service and it exits 0 after draining, like S
     assert.deepEqual(await within(svc.exited, 10_000), { code: 0, signal: null });
     assert.match(svc.out(), /"reason":"SIGHUP".*sealed: credentials zeroed/);
   } finally {
-    svc.child.kill('SIGKILL');
+    svc.kill();
     rmSync(dir, { recursive: true, force: true });
   }
 });
@@ -71,7 +49,7 @@ test('hang-up – its log output gone (the reader of the pipe closed): the next 
     const how = await within(svc.exited, 15_000);
     assert.deepEqual(how, { code: 0, signal: null }, `exited after its output went away:\n${svc.out()}`);
   } finally {
-    svc.child.kill('SIGKILL');
+    svc.kill();
     rmSync(dir, { recursive: true, force: true });
   }
 });
