@@ -13,7 +13,8 @@
  * allows it without a GeoIP lookup; every request carries 7 browser-like headers.
  *
  * Env: BENCH_ROUNDS (4), BENCH_SECONDS (3), BENCH_NO_DOCS=1 to leave docs/benchmarks.md alone,
- * BENCH_MODES (`sat,fixed`; `sat`: saturation only, with BENCH_NO_DOCS=1).
+ * BENCH_MODES (`sat,fixed`; `sat`: saturation only, with BENCH_NO_DOCS=1), BENCH_STACKS (all; e.g.
+ * `2,4,4-`: only those are measured, with BENCH_NO_DOCS=1).
  * Quickest check (~35 s): BENCH_NO_DOCS=1 BENCH_ROUNDS=1 BENCH_SECONDS=1 npm run bench:edge.
  */
 import { join } from 'node:path';
@@ -63,10 +64,12 @@ async function main(): Promise<void> {
         + `p50 ${fmt(sample.p50 / 1000, 2)} p99 ${fmt(sample.p99 / 1000, 2)} ms, total ${fmt(sample.totalUs)} µs/req`);
     };
     // Warm-up, then rounds: per request type and mode, every stack in turn, the order reversed every other round.
-    for (const s of edge.stacks) for (const ep of EPS) await run(s, ep, 'sat', -1);
+    const wanted = process.env['BENCH_STACKS']?.split(',');
+    const measured = wanted === undefined ? edge.stacks : edge.stacks.filter((s) => wanted.includes(s.name));
+    for (const s of measured) for (const ep of EPS) await run(s, ep, 'sat', -1);
     samples.clear();
     for (let round = 0; round < ROUNDS; round++) {
-      const order = round % 2 === 0 ? edge.stacks : [...edge.stacks].reverse();
+      const order = round % 2 === 0 ? measured : [...measured].reverse();
       for (const ep of EPS) for (const mode of MODES) for (const s of order) await run(s, ep, mode, round);
     }
     const errors: string[] = [];

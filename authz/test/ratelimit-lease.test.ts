@@ -27,9 +27,9 @@ const frozen = (rateBurst: number, prefixBurst: number): BucketLimits => ({ rpsP
 const LEASE: LeasePolicy = { tokens: 32, ms: 100 };
 
 describe('ratelimit leases – settings', () => {
-  test('defaults 32 tokens and 100 ms; 0 turns leases off; out of range is refused naming the setting', () => {
+  test('defaults 64 tokens and 100 ms; 0 turns leases off; out of range is refused naming the setting', () => {
     const d = loadConfig({});
-    assert.deepEqual([d.rateLeaseTokens, d.rateLeaseMs], [32, 100]);
+    assert.deepEqual([d.rateLeaseTokens, d.rateLeaseMs], [64, 100]);
     assert.equal(loadConfig({ RATE_LEASE_TOKENS: '0' }).rateLeaseTokens, 0);
     assert.throws(() => loadConfig({ RATE_LEASE_TOKENS: '1025' }), (e: unknown) => e instanceof ConfigError && e.message === 'RATE_LEASE_TOKENS: expected an integer in [0, 1024], got "1025"');
     assert.throws(() => loadConfig({ RATE_LEASE_MS: '5' }), (e: unknown) => e instanceof ConfigError && e.message === 'RATE_LEASE_MS: expected an integer in [10, 1000], got "5"');

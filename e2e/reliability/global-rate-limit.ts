@@ -98,7 +98,7 @@ export async function steady(two: TwoEdges, ip: string, rps: number, ms: number)
 export const bound = (seconds: number): number => BURST + Math.ceil(RPS * seconds) + 1;
 
 /** Token leases at their defaults (RATE_LEASE_TOKENS, RATE_LEASE_MS), one per TS process (AUTHZ_WORKERS 1). */
-export const LEASE_TOKENS = 32;
+export const LEASE_TOKENS = 64;
 export const LEASE_MS = 100;
 /** Edges, i.e. TS processes holding leases. */
 export const N_EDGES = 2;

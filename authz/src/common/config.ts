@@ -122,7 +122,7 @@ export interface Config {
   readonly prefixBurst: number;
   /**
    * Token leases of the global limit (authz/src/ratelimit/bucket.ts, docs/envoy.md §3): a Redis
-   * call for a busy client also buys up to RATE_LEASE_TOKENS more tokens (default 32; 0: no
+   * call for a busy client also buys up to RATE_LEASE_TOKENS more tokens (default 64; 0: no
    * leases), which this process then hands out without Redis until spent or RATE_LEASE_MS (default
    * 100) after they were asked for. Across N processes a client gets at most
    * burst + rate × t + min(N × RATE_LEASE_TOKENS, rate × RATE_LEASE_MS).
@@ -618,7 +618,7 @@ export function loadConfig(env: Env = process.env): Config {
     ratePrefixV6: int(env, 'RATE_PREFIX_V6', 48, 32, 64),
     rpsPerPrefix,
     prefixBurst,
-    rateLeaseTokens: int(env, 'RATE_LEASE_TOKENS', 32, 0, 1024),
+    rateLeaseTokens: int(env, 'RATE_LEASE_TOKENS', 64, 0, 1024),
     rateLeaseMs: int(env, 'RATE_LEASE_MS', 100, 10, 1000),
     rateLimitScope: scope,
     rateLimitService: rateLimitService === undefined ? undefined : Object.freeze(rateLimitService),
