@@ -49,11 +49,18 @@ test('two edges on one Redis: a client alternating between them gets at most RAT
 
 test('another client is unaffected: an IPv4 address and an IPv6 /64 get 200 on both edges while the first is limited; one /64 is one client', async () => {
   const others = ['192.0.2.24', '2001:db8:3:51::7'];
+  const open = await failedOpen(two);
   const [first, ...rest] = await Promise.all([
     burst(two, '192.0.2.23', 100),
     ...others.map((ip) => Promise.all([hit(two, 0, ip), hit(two, 1, ip), hit(two, 0, ip), hit(two, 1, ip)])),
   ]);
-  assert.ok(first!.sent - first!.total >= 50, `the first client is limited: ${first!.total} of 100`);
+  // Limited: at most one bucket (and the lease term) in all, as in the first test, plus the
+  // requests that failed open meanwhile (bucket answers past 100 ms on a loaded machine: each met
+  // only its edge's own bucket; counted, 0 in a quiet run). A fixed "50 of 100 refused" failed on
+  // a machine so loaded that 100 requests took over a second (refill) with ~30 of them failing open.
+  const opened = (await failedOpen(two)) - open;
+  assert.ok(first!.total <= globalBound(first!.seconds) + opened && first!.sent - first!.total >= 10,
+    `the first client is limited: ${first!.total} of 100 in ${first!.seconds} s (bound ${globalBound(first!.seconds)}, failed open ${opened})`);
   for (const [i, hits] of rest.entries()) assert.deepEqual(hits.map((h) => h.status), [200, 200, 200, 200], others[i]);
   // One /64, any address in it, any edge: one bucket.
   const t0 = Date.now();
