@@ -371,6 +371,12 @@ describe('rate limit', () => {
     assert.ok(limited.length >= 10);
     assert.equal(errorCode(limited[0]!), 'too many requests');
     assert.ok(limited[0]!.headers.get('x-ratelimit-limit') !== null);
+    // Retry-After on every 429 (issue 31): whole seconds ≥ 1, the same number as x-ratelimit-reset.
+    for (const r of limited) {
+      assert.match(r.headers.get('retry-after') ?? '', /^[1-9][0-9]*$/);
+      assert.equal(r.headers.get('retry-after'), r.headers.get('x-ratelimit-reset'));
+    }
+    assert.equal(replies.find((r) => r.status === 200)!.headers.get('retry-after'), null, 'an allowed answer has none');
     assert.equal((await request(stack, 'GET', '/', { ip: other })).status, 200, 'another address has its own bucket');
     // Refill: after the bucket is empty, wait ~1 s and spend everything that came back.
     const emptiedAt = Date.now();

@@ -359,6 +359,13 @@ export function buildOpenApi(): Obj {
         RateLimitLimit: { description: 'The size of the bucket described: the client address\'s (RATE_BURST) or its IPv6 prefix\'s (PREFIX_BURST).', schema: { type: 'string', pattern: '^[0-9]+$' } },
         RateLimitRemaining: { description: 'Tokens left in the bucket.', schema: { type: 'string', pattern: '^[0-9]+$' } },
         RateLimitReset: { description: 'Seconds until the next refill.', schema: { type: 'string', pattern: '^[0-9]+$' } },
+        RetryAfter: {
+          description: 'RFC 9110 §10.2.3, in seconds: until the bucket that refused has a token again, the same number as this answer\'s `X-RateLimit-Reset` (at least 1). '
+            + 'On every 429 of the rate limit, whichever stage refused (each Envoy\'s own buckets: always 1, they refill at a whole number of tokens a second; the shared buckets); '
+            + 'on the ingest 429 for too many bodies in flight, until one frees.',
+          required: true,
+          schema: { type: 'string', pattern: '^[1-9][0-9]*$' },
+        },
         Link: { description: 'RFC 7725 `<GEO_BLOCKED_BY_URL>; rel="blocked-by"`, when that setting is set.', schema: { type: 'string', pattern: '^<[^>]+>; rel="blocked-by"$' } },
         ETag: { description: 'Weak validator of the page; send it back as If-None-Match.', required: true, schema: { type: 'string', pattern: '^W/"[A-Za-z0-9_-]+"$' } },
         CacheControl: { description: '`no-store` on health, ingest answers and errors of the service; `public, max-age=1` on market pages.', schema: { type: 'string' } },
@@ -372,8 +379,9 @@ export function buildOpenApi(): Obj {
         TooManyRequests: {
           description: `\`too many requests\`: the client address's token bucket is empty (RATE_BURST, default ${defaults.rateBurst}; RPS_PER_IP, default ${defaults.rpsPerIp}/s), `
             + `or its IPv6 prefix's (PREFIX_BURST, default ${defaults.prefixBurst}; RPS_PER_PREFIX, default ${defaults.rpsPerPrefix}/s). `
-            + 'Checked by Envoy before anything else; wait `X-RateLimit-Reset` seconds.',
+            + 'Checked by Envoy before anything else; wait `Retry-After` (= `X-RateLimit-Reset`) seconds.',
           headers: {
+            'Retry-After': headerRef('RetryAfter'),
             'X-RateLimit-Limit': { ...headerRef('RateLimitLimit') },
             'X-RateLimit-Remaining': { ...headerRef('RateLimitRemaining') },
             'X-RateLimit-Reset': { ...headerRef('RateLimitReset') },

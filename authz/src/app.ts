@@ -22,7 +22,7 @@ import { systemClock } from './common/ports.ts';
 import { createSealState } from './common/seal.ts';
 import { checkSealFileWritable, readSealFile, unsealHint } from './common/seal-file.ts';
 import { readTokenFile } from './common/token.ts';
-import { RedisBuckets } from './ratelimit/bucket.ts';
+import { BATCH, RedisBuckets } from './ratelimit/bucket.ts';
 import { rateLimitService } from './ratelimit/service.ts';
 import { createCheckLimiter } from './ratelimit/check-limit.ts';
 
@@ -109,7 +109,10 @@ export async function createApp(config: Config, logger: Logger, hooks: { onSeale
     limiterRedis = createRedis(config.redisUrl, { enableAutoPipelining: false });
     onRedisError(limiterRedis, logger, 'redis error (rate limit connection)');
   }
-  const buckets = limiterRedis !== undefined ? new RedisBuckets(limiterRedis, config, metrics.rateLimitRedisCall) : undefined;
+  // Token leases (RATE_LEASE_TOKENS, RATE_LEASE_MS): a busy client's Redis call also buys tokens
+  // this process then hands out without Redis (bucket.ts LeasePolicy; docs/envoy.md §3).
+  const buckets = limiterRedis !== undefined
+    ? new RedisBuckets(limiterRedis, config, metrics.rateLimitRedisCall, BATCH, { tokens: config.rateLeaseTokens, ms: config.rateLeaseMs }) : undefined;
   // REDIS_MIN_REPLICAS ≥ 1: nonces and market records are written on a connection of their own
   // and count only once that many replicas confirmed them (docs/operations.md "Redis").
   let replicas: ReplicaWait | undefined;

@@ -13,7 +13,10 @@
  *   (3*) as (3) with `allowedHeaders: 'all'` (every request header sent to authz);
  *   (4) as (3) with the global rate limit (RATE_LIMIT_SCOPE=global, the TS process the limiter):
  *       after its local bucket Envoy's Check to the same TS process takes the client's bucket, a Lua
- *       token bucket in the same Redis (no ratelimit filter, no second gRPC call).
+ *       token bucket in the same Redis (no ratelimit filter, no second gRPC call), with token
+ *       leases at their defaults (RATE_LEASE_TOKENS, RATE_LEASE_MS);
+ *   (4−) as (4) without leases (RATE_LEASE_TOKENS=0): a second TS process of its own (its Checks
+ *       and its market upstream, as (4)'s one process does both), on the same Redis.
  * (1)–(3*) are rendered with RATE_LIMIT_SCOPE=local (the default with REDIS_URL is global).
  * Shared upstreams: the TS process's market service (its MARKET_PORT, also (3)'s authz) and the
  * demo mTLS order backend (bench/edge-backend.ts). RPS_PER_IP = RATE_BURST = 10^6, so the limiter
@@ -55,13 +58,17 @@ export const CLIENT_HEADERS: Readonly<Record<string, string>> = {
 };
 
 export interface Stack {
-  readonly name: '1' | '2' | '3' | '3*' | '4';
+  readonly name: '1' | '2' | '3' | '3*' | '4' | '4-';
   readonly label: string;
   readonly port: number;
   readonly envoy: Child;
   readonly adminPort: number;
-  /** The ext_authz process: the floor for (2), the TS process for (3)/(3*)/(4), none for (1). */
+  /** The ext_authz process: the floor for (2), the TS process for (3)/(3*)/(4)/(4−), none for (1). */
   readonly authzPid: number | undefined;
+  /** The TS process whose market service is this stack's upstream (and, but for (1)/(2), its authz). */
+  readonly tsPid: number;
+  /** That TS process's admin port (its /metrics). */
+  readonly tsAdminPort: number;
 }
 
 export interface Edge {
@@ -132,7 +139,16 @@ export async function startEdge(dir: string, log: (m: string) => void): Promise<
       logFile: join(dir, 'authz.log'),
     });
     children.push(ts);
+    // (4−): a second TS process, the same settings without token leases.
+    const [grpcPort2, marketPort2, adminPort2] = [await freePort(), await freePort(), await freePort()];
+    const ts2 = spawnProgram(fileURLToPath(new URL('../../scripts/node', import.meta.url)), [fileURLToPath(new URL('../../authz/src/main.ts', import.meta.url))], {
+      env: withServiceRuntime({ ...process.env, ...base, AUTHZ_GRPC_PORT: String(grpcPort2), MARKET_PORT: String(marketPort2), AUTHZ_ADMIN_PORT: String(adminPort2),
+        RATE_LEASE_TOKENS: '0', EDGE_INGEST_HMAC: `hex:${hmacKey.toString('hex')}`, EDGE_FEED_ED25519_PUBLIC_KEY: feedPub }),
+      logFile: join(dir, 'authz-no-leases.log'),
+    });
+    children.push(ts2);
     await waitHttp(`http://127.0.0.1:${marketPort}/`);
+    await waitHttp(`http://127.0.0.1:${marketPort2}/`);
 
     const stacks: Stack[] = [];
     const sdsPath = join(dir, 'sds.yaml');
@@ -141,13 +157,16 @@ export async function startEdge(dir: string, log: (m: string) => void): Promise<
       ['2', '(2) filters + allow-all authz (floor)', floor.port, floor.pid],
       ['3', '(3) full edge', grpcPort, ts.pid],
       ['3*', '(3*) full edge, `allowedHeaders: all`', grpcPort, ts.pid],
-      ['4', '(4) full edge + global rate limit', grpcPort, ts.pid],
+      ['4', '(4) full edge + global rate limit (leases)', grpcPort, ts.pid],
+      ['4-', '(4−) full edge + global rate limit, no leases', grpcPort2, ts2.pid],
     ] as const;
     for (const [name, label, authzPort, authzPid] of variants) {
       const [port, envoyAdmin] = [await freePort(), await freePort()];
+      const own = name === '4-';
       const config = loadConfig({
         ...base, EDGE_PORT: String(port), ENVOY_ADMIN_PORT: String(envoyAdmin), AUTHZ_GRPC_PORT: String(authzPort),
-        RATE_LIMIT_SCOPE: name === '4' ? 'global' : 'local',
+        ...(own ? { MARKET_PORT: String(marketPort2) } : {}),
+        RATE_LIMIT_SCOPE: name === '4' || name === '4-' ? 'global' : 'local',
       });
       // The access log is formatted and written as in production, to /dev/null instead of stdout.
       const rendered = renderEnvoy(config, { sdsPath, allowedHeaders: name === '3*' ? 'all' : 'minimal', accessLogPath: '/dev/null' });
@@ -156,7 +175,7 @@ export async function startEdge(dir: string, log: (m: string) => void): Promise<
       if (rendered.sds !== undefined) writeFileSync(sdsPath, rendered.sds);
       const envoy = spawnProgram(envoyBinary(), ['-c', file, '--disable-hot-restart', '--concurrency', '1', '-l', 'error'], { logFile: join(dir, `envoy-${name}.log`) });
       children.push(envoy);
-      stacks.push({ name, label, port, envoy, adminPort: envoyAdmin, authzPid });
+      stacks.push({ name, label, port, envoy, adminPort: envoyAdmin, authzPid, tsPid: own ? ts2.pid : ts.pid, tsAdminPort: own ? adminPort2 : adminPort });
     }
     for (const s of stacks) await waitHttp(`http://127.0.0.1:${s.port}/healthz`);
 
@@ -204,13 +223,17 @@ export async function startEdge(dir: string, log: (m: string) => void): Promise<
  * 100-ms bound: the request went on unlimited), as `name: value` lines; they would flatter (4).
  */
 export async function failedOpenChecks(edge: Edge): Promise<string[]> {
-  const text = await (await fetch(`http://127.0.0.1:${edge.authzAdminPort}/metrics`)).text();
-  return text.split('\n').filter((l) => /^edge_ratelimit_(redis_errors|late)_total /.test(l) && !/ 0$/.test(l));
+  const out: string[] = [];
+  for (const port of new Set(edge.stacks.map((s) => s.tsAdminPort))) {
+    const text = await (await fetch(`http://127.0.0.1:${port}/metrics`)).text();
+    out.push(...text.split('\n').filter((l) => /^edge_ratelimit_(redis_errors|late)_total /.test(l) && !/ 0$/.test(l)));
+  }
+  return out;
 }
 
-/** The TS process's global-limit takes so far and the Redis script calls that answered them. */
-export async function bucketCalls(edge: Edge): Promise<{ takes: number; calls: number }> {
-  const text = await (await fetch(`http://127.0.0.1:${edge.authzAdminPort}/metrics`)).text();
+/** A stack's TS process's global-limit takes so far and the Redis script calls that answered them (leased takes need none). */
+export async function bucketCalls(s: Stack): Promise<{ takes: number; calls: number }> {
+  const text = await (await fetch(`http://127.0.0.1:${s.tsAdminPort}/metrics`)).text();
   const value = (re: RegExp): number => [...text.matchAll(re)].reduce((a, m) => a + Number(m[1]), 0);
   return {
     takes: value(/^edge_ratelimit_decisions_total\{code="(?:ok|over_limit)"\} (\S+)$/gm),

@@ -61,8 +61,20 @@ export function clientRateLimits(config: Config): JsonObject[] {
  * remaining, the next token within 1 s), so a 429 looks the same whichever stage refused it.
  */
 export function local429Headers(config: Config): [string, string][] {
-  return [['x-ratelimit-limit', String(config.rateBurst)], ['x-ratelimit-remaining', '0'], ['x-ratelimit-reset', '1']];
+  return [['x-ratelimit-limit', String(config.rateBurst)], ['x-ratelimit-remaining', '0'], ['x-ratelimit-reset', '1'], LOCAL_RETRY_AFTER];
 }
+
+/**
+ * Retry-After (RFC 9110 §10.2.3) on every 429 of the local bucket, in either scope: the seconds
+ * until the bucket that refused has a token. Static and exact: both buckets (the client's and the
+ * prefix's) refill continuously at an integer rate ≥ 1 per second (tokens_per_fill over a 1-s
+ * fill_interval; checked on 1.40: at 5/s a token every 200 ms), so the next token is at most 1 s
+ * away, i.e. 1 in whole seconds — the value of the `x-ratelimit-reset` the filter writes on its
+ * 429s (its own draft-03 headers in `local` scope, local429Headers in `global`). The filter adds
+ * response_headers_to_add to the requests it limits only (local_rate_limit.proto), so an allowed
+ * response never carries it. Envoy has no formatter to compute a value there, and needs none.
+ */
+export const LOCAL_RETRY_AFTER: [string, string] = ['retry-after', '1'];
 
 /**
  * Per-client-address token bucket (dynamic descriptors, Envoy ≥ 1.34). One bucket per
@@ -85,7 +97,7 @@ export function rateLimitFilter(config: Config): TypedExtension {
     // writes its own only on its 429s (a forwarded request would carry both sets otherwise).
     // Unset is OFF; never write `OFF`: Envoy's YAML reads that bare word as the boolean false.
     enable_x_ratelimit_headers: global ? undefined : 'DRAFT_VERSION_03',
-    response_headers_to_add: global ? local429Headers(config).map(([k, v]) => overwriteHeader(k, v)) : undefined,
+    response_headers_to_add: (global ? local429Headers(config) : [LOCAL_RETRY_AFTER]).map(([k, v]) => overwriteHeader(k, v)),
     rate_limits: clientRateLimits(config),
     // No value on the address entry: a wildcard, i.e. one bucket per distinct value.
     descriptors: [

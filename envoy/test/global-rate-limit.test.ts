@@ -92,7 +92,7 @@ describe('rendered: RATE_LIMIT_SCOPE', () => {
     const local = filterNamed(bootstrap, FILTER.rateLimit)['typed_config'] as Obj;
     assert.equal(local['enable_x_ratelimit_headers'], undefined, 'off');
     assert.deepEqual((local['response_headers_to_add'] as Obj[]).map((h) => [at(h, 'header.key'), at(h, 'header.value')]),
-      [['x-ratelimit-limit', '40'], ['x-ratelimit-remaining', '0'], ['x-ratelimit-reset', '1']]);
+      [['x-ratelimit-limit', '40'], ['x-ratelimit-remaining', '0'], ['x-ratelimit-reset', '1'], ['retry-after', '1']]);
     const v = validateBootstrap(file);
     assert.equal(v.exitCode, 0, v.output);
     assert.doesNotMatch(v.output, /deprecated/i);
@@ -166,7 +166,8 @@ describe('rendered: RATE_LIMIT_SCOPE', () => {
       assert.equal(clusterNamed(b, CLUSTER.rateLimit), undefined);
       const rl = filterNamed(b, FILTER.rateLimit)['typed_config'] as Obj;
       assert.equal(rl['enable_x_ratelimit_headers'], 'DRAFT_VERSION_03');
-      assert.equal(rl['response_headers_to_add'], undefined);
+      // Its 429s also carry Retry-After (the next token is at most 1 s away: rate-limit.ts LOCAL_RETRY_AFTER).
+      assert.deepEqual((rl['response_headers_to_add'] as Obj[]).map((h) => [at(h, 'header.key'), at(h, 'header.value')]), [['retry-after', '1']]);
     }
     // The same for a backend and trusted hops: the scope is the only difference global makes.
     const withBackend = { ORDER_BACKEND_URL: 'https://10.0.0.1:8443', ORDER_BACKEND_CA_FILE: '/a', EDGE_CLIENT_CERT_FILE: '/b/c', EDGE_CLIENT_KEY_FILE: '/b/k', XFF_NUM_TRUSTED_HOPS: '2' };
@@ -229,6 +230,9 @@ describe('live Envoy 1.40: the global rate limit', { skip: envoyAvailable ? fals
   const metrics = createMetrics({ geoipBuildEpochSecs: () => 0, defaultMetrics: false });
   const otherMetrics = createMetrics({ geoipBuildEpochSecs: () => 0, defaultMetrics: false });
   let unsigned: LiveEnvoy;
+  let localOnly: LiveEnvoy;
+  /** Takes `n` tokens of `ip`'s bucket in the RateLimitService's buckets (as if other replicas had spent them). */
+  let drainOther: (ip: string, n: number) => Promise<unknown>;
   const rateLimited = async (): Promise<number> => Number(/edge_ratelimit_decisions_total\{code="over_limit"\} (\d+)/.exec(await metrics.registry.metrics())?.[1]);
 
   before(async () => {
@@ -245,6 +249,7 @@ describe('live Envoy 1.40: the global rate limit', { skip: envoyAvailable ? fals
     // The TS service's RateLimitService at RATELIMIT_SERVICE_ADDRESS (requiring the token Envoy
     // sends from RATELIMIT_SERVICE_TOKEN_FILE), slowed or stopped at will.
     const slow: Buckets = { take: async (c, h) => { if (otherDelayMs > 0) await sleep(otherDelayMs); return buckets.take(`other:${c}`, h); } };
+    drainOther = (c, n) => buckets.take(`other:${c}`, n);
     other = createGrpcServer({ evaluate: () => ALLOW, observe: () => {}, onError: () => {}, services: [rateLimitService({
       buckets: slow, limits, metrics: otherMetrics, logger, token: readTokenFile('RATELIMIT_SERVICE_TOKEN_FILE', rlToken.file),
     })] });
@@ -269,17 +274,19 @@ describe('live Envoy 1.40: the global rate limit', { skip: envoyAvailable ? fals
       if (r.sds !== undefined) writeFileSync(join(dir, 'sds.yaml'), r.sds);
       return startEnvoy(join(dir, 'envoy.yaml'), dir);
     };
-    [a, b, external, unsigned] = await Promise.all([
+    [a, b, external, unsigned, localOnly] = await Promise.all([
       start('replica-a', { ...base, REDIS_URL: redis.url }),
       start('replica-b', { ...base, REDIS_URL: redis.url }),
       start('external', { ...base, RATELIMIT_SERVICE_ADDRESS: `127.0.0.1:${otherPort}`, RATELIMIT_SERVICE_TOKEN_FILE: rlToken.file }),
       // An Envoy without the token, standing for any caller that reaches the port.
       start('unsigned', { ...base, RATELIMIT_SERVICE_ADDRESS: `127.0.0.1:${otherPort}` }),
+      // RATE_LIMIT_SCOPE=local (no Redis): the local bucket alone, its own draft-03 headers.
+      start('local-only', base),
     ]);
   });
 
   after(async () => {
-    await Promise.all([a?.stop(), b?.stop(), external?.stop(), unsigned?.stop()]);
+    await Promise.all([a?.stop(), b?.stop(), external?.stop(), unsigned?.stop(), localOnly?.stop()]);
     await Promise.all([ts?.close(0), other?.close(0), market?.close()]);
     redisClient?.disconnect();
     await redis?.stop();
@@ -293,7 +300,7 @@ describe('live Envoy 1.40: the global rate limit', { skip: envoyAvailable ? fals
     assert.equal((await request(b.edgePort, 'GET', '/healthz', client())).status, 200);
   });
 
-  test('a 429 of the global stage is what the local stage answers: status, JSON body, the three x-ratelimit headers, no x-envoy-ratelimited', async () => {
+  test('a 429 of the global stage is what the local stage answers: status, JSON body, the three x-ratelimit headers, Retry-After, no x-envoy-ratelimited', async () => {
     const me = client();
     for (let i = 0; i < 3; i++) assert.equal((await request(a.edgePort, 'GET', '/healthz', me)).status, 200);
     const localStage = await request(a.edgePort, 'GET', '/healthz', me);
@@ -302,9 +309,10 @@ describe('live Envoy 1.40: the global rate limit', { skip: envoyAvailable ? fals
     assert.equal(await rateLimited(), before + 1, 'B\'s own bucket was full: the global stage refused it');
     // The body names each answer's own x-request-id (CONTRACT §2); apart from it they are the same bytes.
     const view = (r: typeof localStage): unknown => [r.status, r.body.replace(String(r.headers['x-request-id']), '<id>'), r.headers['content-type'],
-      r.headers['x-ratelimit-limit'], r.headers['x-ratelimit-remaining'], r.headers['x-ratelimit-reset'], r.headers['x-envoy-ratelimited']];
+      r.headers['x-ratelimit-limit'], r.headers['x-ratelimit-remaining'], r.headers['x-ratelimit-reset'], r.headers['x-envoy-ratelimited'], r.headers['retry-after']];
     assert.deepEqual(view(globalStage), view(localStage));
-    assert.deepEqual(view(localStage), [429, '{"error":"too many requests","message":"rate limit exceeded for this client address","requestId":"<id>"}\n', 'application/json', '3', '0', '1', undefined]);
+    // Retry-After (issue 31): once, ≥ 1, the value of x-ratelimit-reset, from either stage.
+    assert.deepEqual(view(localStage), [429, '{"error":"too many requests","message":"rate limit exceeded for this client address","requestId":"<id>"}\n', 'application/json', '3', '0', '1', undefined, '1']);
   });
 
   test('an allowed request carries one set of x-ratelimit headers: the global budget\'s', async () => {
@@ -312,7 +320,34 @@ describe('live Envoy 1.40: the global rate limit', { skip: envoyAvailable ? fals
     await request(a.edgePort, 'GET', '/healthz', me);
     const r = await request(b.edgePort, 'GET', '/healthz', me);
     assert.equal(r.status, 200);
-    assert.deepEqual([r.headers['x-ratelimit-limit'], r.headers['x-ratelimit-remaining'], r.headers['x-ratelimit-reset']], ['3', '1', '1']);
+    assert.deepEqual([r.headers['x-ratelimit-limit'], r.headers['x-ratelimit-remaining'], r.headers['x-ratelimit-reset'], r.headers['retry-after']], ['3', '1', '1', undefined]);
+  });
+
+  test('RATE_LIMIT_SCOPE=local: the local bucket\'s 429 carries Retry-After equal to its own x-ratelimit-reset (≥ 1); an allowed answer carries none', async () => {
+    const me = client();
+    const replies = [];
+    for (let i = 0; i < 4; i++) replies.push(await request(localOnly.edgePort, 'GET', '/healthz', me));
+    assert.deepEqual(replies.map((r) => r.status), [200, 200, 200, 429]);
+    assert.deepEqual(replies.slice(0, 3).map((r) => r.headers['retry-after']), [undefined, undefined, undefined]);
+    const refused = replies[3]!;
+    assert.equal(refused.headers['retry-after'], '1');
+    assert.equal(refused.headers['retry-after'], refused.headers['x-ratelimit-reset'], 'the same number as Envoy\'s own reset');
+    assert.equal(JSON.parse(refused.body).error, 'too many requests');
+  });
+
+  test('RATELIMIT_SERVICE_ADDRESS (the TS RateLimitService): one set of x-ratelimit headers, not two (the review\'s `x-ratelimit-remaining: 39, 39`); its 429 carries Retry-After = x-ratelimit-reset', async () => {
+    const me = client();
+    const ok = await request(external.edgePort, 'GET', '/healthz', me);
+    assert.equal(ok.status, 200);
+    // A duplicated header reaches Node joined with ", ": one value each proves one header each.
+    assert.deepEqual([ok.headers['x-ratelimit-limit'], ok.headers['x-ratelimit-remaining'], ok.headers['x-ratelimit-reset'], ok.headers['retry-after']], ['3', '2', '1', undefined]);
+    // The global budget spent elsewhere (the external Envoy's own bucket still has 2 tokens): the service refuses.
+    const ip_ = me['x-forwarded-for']!;
+    await drainOther(ip_, 2);
+    const refused = await request(external.edgePort, 'GET', '/healthz', me);
+    assert.equal(refused.status, 429);
+    assert.deepEqual([refused.headers['x-ratelimit-limit'], refused.headers['x-ratelimit-remaining'], refused.headers['x-ratelimit-reset'], refused.headers['retry-after']], ['3', '0', '1', '1']);
+    assert.equal(JSON.parse(refused.body).error, 'too many requests');
   });
 
   test('orders and ingests are limited by the global stage too; a route Envoy answers itself (no upstream) meets the local stage only', async () => {

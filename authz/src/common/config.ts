@@ -121,6 +121,15 @@ export interface Config {
   readonly rpsPerPrefix: number;
   readonly prefixBurst: number;
   /**
+   * Token leases of the global limit (authz/src/ratelimit/bucket.ts, docs/envoy.md §3): a Redis
+   * call for a busy client also buys up to RATE_LEASE_TOKENS more tokens (default 64; 0: no
+   * leases), which this process then hands out without Redis until spent or RATE_LEASE_MS (default
+   * 100) after they were asked for. Across N processes a client gets at most
+   * burst + rate × t + min(N × RATE_LEASE_TOKENS, rate × RATE_LEASE_MS).
+   */
+  readonly rateLeaseTokens: number;
+  readonly rateLeaseMs: number;
+  /**
    * `global`: Envoy also asks a RateLimitService (envoy.filters.http.ratelimit) after its local
    * per-replica bucket, so a client spread over N replicas gets RPS_PER_IP/RATE_BURST in all, not
    * N times that; `local`: the per-Envoy bucket only (RATE_LIMIT_SCOPE; docs/envoy.md §3).
@@ -609,6 +618,8 @@ export function loadConfig(env: Env = process.env): Config {
     ratePrefixV6: int(env, 'RATE_PREFIX_V6', 48, 32, 64),
     rpsPerPrefix,
     prefixBurst,
+    rateLeaseTokens: int(env, 'RATE_LEASE_TOKENS', 64, 0, 1024),
+    rateLeaseMs: int(env, 'RATE_LEASE_MS', 100, 10, 1000),
     rateLimitScope: scope,
     rateLimitService: rateLimitService === undefined ? undefined : Object.freeze(rateLimitService),
     rateLimitTokenFile,

@@ -182,6 +182,59 @@ export function nextTokenUs(b: BucketState, rps: number): number {
 export interface Buckets {
   /** `hits` tokens from `client`'s bucket and, when given, from `prefix`'s: both or neither. */
   take(client: string, hits: number, prefix?: string): Promise<Take>;
+  /**
+   * One token from a lease this process holds for `client` (LeasePolicy), at once, without Redis;
+   * undefined when it holds none (then `take` asks Redis).
+   */
+  takeLeased?(client: string, prefix?: string): Take | undefined;
+}
+
+/**
+ * Token leases (RATE_LEASE_TOKENS, RATE_LEASE_MS; docs/envoy.md §3 "Token leases"). A Redis call
+ * for a busy client also buys up to `tokens` tokens more than its waiting requests need (the same
+ * script, the same both-or-neither test per token, after every request of the batch: a lease only
+ * takes what the batch left); this process hands them out without Redis until they are spent or
+ * `ms` after the call that bought them was sent, then they are void (never given back).
+ * - Size: a client's first call buys none; each further call within `ms` of its previous one
+ *   doubles what it buys (1, 2, 4, … up to `tokens`); a call after a quiet `ms` buys none again.
+ *   So a client that sends one request now and then costs exactly what it did without leases, and
+ *   one that keeps a process busy is served from its lease almost always.
+ * - Bound: a process holds at most `tokens` unspent tokens per client, all bought within the last
+ *   `ms`; so across N processes a client gets at most
+ *   `burst + rate × t + min(N × tokens, rate × ms / 1000)` in any t seconds (the tokens held
+ *   at the start of the window, or everything bought within `ms` before it).
+ * - The other side: tokens one process holds are missing to the others until spent or void
+ *   (at most `tokens` per process and client, for at most `ms`).
+ */
+export interface LeasePolicy {
+  /** Most tokens a call buys beyond its requests, and most a process holds per client; 0: no leases. */
+  readonly tokens: number;
+  /** How long bought tokens stay good, from the moment the call that bought them was sent. */
+  readonly ms: number;
+}
+
+export const NO_LEASES: LeasePolicy = Object.freeze({ tokens: 0, ms: 0 });
+
+/** What this process knows of one client (by its bucket key): its lease and its demand. */
+interface Lease {
+  readonly prefix: string | undefined;
+  /** Tokens bought and not handed out yet. */
+  tokens: number;
+  /** performance.now() from which the unspent tokens are void. */
+  expiresAt: number;
+  /** performance.now() when the last call for this client was sent. */
+  calledAt: number;
+  /** The extra tokens the last call bought (LeasePolicy: doubling). */
+  size: number;
+  /** The buckets after the last token bought, and when the call that bought it was sent (a leased answer's headers). */
+  base: Take | undefined;
+  boughtAt: number;
+}
+
+/** A bucket as a leased answer describes it: `base` (after the last token bought) with `held` tokens not yet spent and `elapsedUs` of refill since. */
+function heldState(b: BucketState, held: number, elapsedUs: number, interval: number, capacity: number): BucketState {
+  const untilFull = Math.max(0, b.untilFullUs - held * interval - elapsedUs);
+  return { remaining: Math.max(0, Math.floor((capacity - untilFull) / interval)), untilFullUs: Math.floor(untilFull) };
 }
 
 interface TakeCommand {
@@ -215,16 +268,27 @@ export class RedisBuckets implements Buckets {
   #inFlight = 0;
   readonly #onCall: (requests: number) => void;
   readonly #batch: BatchPolicy;
+  readonly #lease: LeasePolicy;
+  /** Leases and demand per client bucket key (only with leases; swept every `max(ms, 1 s)`). */
+  readonly #leases = new Map<string, Lease>();
 
   /**
    * Defines the script on `redis`: call before the client sends its first command (auto-pipelining).
    * `onCall` is told of every script call and how many requests it carries (the
    * edge_ratelimit_redis_calls_total metric); `batch`
-   * is BATCH but in tests.
+   * is BATCH but in tests; `lease`: token leases (Config rateLeaseTokens/rateLeaseMs), none by default.
    */
-  constructor(redis: Redis, limits: BucketLimits, onCall: (requests: number) => void = () => {}, batch: BatchPolicy = BATCH) {
+  constructor(redis: Redis, limits: BucketLimits, onCall: (requests: number) => void = () => {}, batch: BatchPolicy = BATCH, lease: LeasePolicy = NO_LEASES) {
     this.#onCall = onCall;
     this.#batch = batch;
+    this.#lease = lease;
+    if (lease.tokens > 0) {
+      // Forget clients quiet for `ms` whose lease is void: their next call buys none anyway.
+      setInterval(() => {
+        const now = performance.now();
+        for (const [k, l] of this.#leases) if (now - l.calledAt >= lease.ms && now >= l.expiresAt) this.#leases.delete(k);
+      }, Math.max(lease.ms, 1000)).unref();
+    }
     redis.defineCommand('edgeRateLimitTakeMany', { lua: TAKE_MANY_SCRIPT });
     this.#cmd = redis as unknown as TakeCommand;
     const clientInterval = 1_000_000 / limits.rpsPerIp;
@@ -243,10 +307,50 @@ export class RedisBuckets implements Buckets {
    * waiting its turn on the connection.
    */
   take(client: string, hits: number, prefix?: string): Promise<Take> {
+    if (hits === 1 && this.#lease.tokens > 0) {
+      const t = this.takeLeased(client, prefix);
+      if (t !== undefined) return Promise.resolve(t);
+    }
     return new Promise<Take>((resolve, reject) => {
       this.#pending.push({ client, prefix, hits, resolve, reject });
       this.#schedule();
     });
+  }
+
+  /**
+   * One token from this process's lease for `client` (its prefix follows from it), at once;
+   * undefined when none is held or it is void. The answer describes the buckets as Redis left
+   * them after the lease was bought, with the tokens still held counted as not taken, plus the
+   * refill since (so one process's client sees what it would without leases, up to `ms` late).
+   */
+  takeLeased(client: string, _prefix?: string): Take | undefined {
+    const l = this.#leases.get(client);
+    if (l === undefined || l.tokens === 0) return undefined;
+    const now = performance.now();
+    if (now >= l.expiresAt) {
+      l.tokens = 0;
+      return undefined;
+    }
+    l.tokens--;
+    const base = l.base!;
+    const elapsedUs = (now - l.boughtAt) * 1000;
+    const client_ = heldState(base, l.tokens, elapsedUs, this.#client.interval, this.#client.capacity);
+    if (base.prefix === undefined) return { allowed: true, remaining: client_.remaining, untilFullUs: client_.untilFullUs };
+    const prefix = heldState(base.prefix, l.tokens, elapsedUs, this.#prefix.interval, this.#prefix.capacity);
+    return { allowed: true, remaining: client_.remaining, untilFullUs: client_.untilFullUs, prefix };
+  }
+
+  /** Extra tokens the call sent now buys for `client` (LeasePolicy: doubling within `ms`, else none). */
+  #leaseSize(client: string, prefix: string | undefined, now: number): number {
+    const l = this.#leases.get(client);
+    if (l === undefined) {
+      this.#leases.set(client, { prefix, tokens: 0, expiresAt: 0, calledAt: now, size: 0, base: undefined, boughtAt: 0 });
+      return 0;
+    }
+    const held = now < l.expiresAt ? l.tokens : 0;
+    l.size = now - l.calledAt < this.#lease.ms ? Math.min(this.#lease.tokens, Math.max(1, l.size * 2)) : 0;
+    l.calledAt = now;
+    return Math.max(0, l.size - held);
   }
 
   /** Queues the next flush, if one may go: none at Redis, none queued, something waiting (BATCH). */
@@ -275,8 +379,18 @@ export class RedisBuckets implements Buckets {
 
   readonly #flush = (): void => {
     this.#scheduled = false;
-    const pending = this.#pending;
+    let pending = this.#pending;
     this.#pending = [];
+    if (this.#lease.tokens > 0) {
+      // Requests that waited while their client's lease was being bought are served from it.
+      pending = pending.filter((r) => {
+        const t = r.hits === 1 ? this.takeLeased(r.client, r.prefix) : undefined;
+        if (t === undefined) return true;
+        r.resolve(t);
+        return false;
+      });
+      if (pending.length === 0) return;
+    }
     this.#lastSize = pending.length;
     this.#lastSentAt = performance.now();
     let keys = new Map<string, number>();
@@ -314,12 +428,28 @@ export class RedisBuckets implements Buckets {
       runs.push(1);
       previous = r.hits === 1 ? code : -1;
     }
+    // Leases: after every request of the batch, a run of extra one-token takes per client that
+    // asked for one token (LeasePolicy), answered with how many were granted.
+    const sentAt = performance.now();
+    const extras: { client: string; prefix: string | undefined }[] = [];
+    if (this.#lease.tokens > 0) {
+      const seen = new Set<string>();
+      for (const r of requests) {
+        if (r.hits !== 1 || seen.has(r.client)) continue;
+        seen.add(r.client);
+        const n = this.#leaseSize(r.client, r.prefix, sentAt);
+        if (n === 0) continue;
+        args.push(keys.get(r.client)! * 512 + (r.prefix === undefined ? 0 : keys.get(r.prefix)!), n);
+        extras.push({ client: r.client, prefix: r.prefix });
+      }
+    }
     this.#onCall(requests.length);
     this.#inFlight++;
     this.#cmd.edgeRateLimitTakeMany(...args).then((out) => {
       this.#inFlight--;
       this.#schedule();
-      this.#answer(keys, requests, runs, out);
+      const tat = this.#answer(keys, requests, runs, out);
+      if (extras.length > 0) this.#bought(keys, runs.length, extras, out, sentAt, tat);
     }, (err: unknown) => {
       this.#inFlight--;
       this.#schedule();
@@ -332,7 +462,7 @@ export class RedisBuckets implements Buckets {
    * Redis's `now` and each key's TAT before the batch, the requests in order, every grant moving
    * its buckets' TATs on (rounded as stored).
    */
-  #answer(keys: ReadonlyMap<string, number>, requests: readonly Pending[], runs: readonly number[], out: readonly number[]): void {
+  #answer(keys: ReadonlyMap<string, number>, requests: readonly Pending[], runs: readonly number[], out: readonly number[]): number[] {
     const now = out[0]!;
     const tat = out.slice(0, keys.size + 1);
     const c = this.#client;
@@ -355,7 +485,40 @@ export class RedisBuckets implements Buckets {
       const prefix = state(tat, keys.get(r.prefix)!, r.hits, granted, now, p.interval, p.capacity);
       r.resolve({ allowed: granted, remaining: client.remaining, untilFullUs: client.untilFullUs, prefix });
     }
+    return tat;
   }
+
+  /**
+   * The leases a call bought (`extras`, its runs after the `runs` of its requests): each run's
+   * grants, the buckets after the last (the script's arithmetic on `tat`, the TATs as the call's
+   * requests left them: #answer's).
+   * Tokens still held from before keep their own expiry (a lease never outlives `ms`).
+   */
+  #bought(keys: ReadonlyMap<string, number>, runs: number, extras: readonly { client: string; prefix: string | undefined }[], out: readonly number[], sentAt: number, tat: number[]): void {
+    const now = out[0]!;
+    const c = this.#client;
+    const p = this.#prefix;
+    for (let j = 0; j < extras.length; j++) {
+      const e = extras[j]!;
+      const granted = out[keys.size + 1 + runs + j]!;
+      const l = this.#leases.get(e.client);
+      if (granted === 0 || l === undefined) continue;
+      const ci = keys.get(e.client)!;
+      const pi = e.prefix === undefined ? 0 : keys.get(e.prefix)!;
+      let client: BucketState | undefined;
+      let prefix: BucketState | undefined;
+      for (let g = 0; g < granted; g++) {
+        client = state(tat, ci, 1, true, now, c.interval, c.capacity);
+        if (pi > 0) prefix = state(tat, pi, 1, true, now, p.interval, p.capacity);
+      }
+      const held = performance.now() < l.expiresAt ? l.tokens : 0;
+      if (held === 0) l.expiresAt = sentAt + this.#lease.ms;
+      l.tokens = held + granted;
+      l.base = prefix === undefined ? { allowed: true, ...client! } : { allowed: true, ...client!, prefix };
+      l.boughtAt = sentAt;
+    }
+  }
+
 }
 
 /** One bucket's state after a request (granted: moves `tat[k]` on as the script stores it). */

@@ -57,9 +57,10 @@ export function resetSeconds(b: BucketState, rps: number): number {
 
 /**
  * Takes one token from the buckets of the client at `address` (x-edge-client-ip); never rejects.
- * Undefined when `address` is not an address (not limited here).
+ * The verdict at once when the token comes from this process's lease (bucket.ts LeasePolicy),
+ * else once Redis answered. Undefined when `address` is not an address (not limited here).
  */
-export type CheckLimiter = (address: string) => Promise<LimitVerdict> | undefined;
+export type CheckLimiter = (address: string) => LimitVerdict | Promise<LimitVerdict> | undefined;
 
 export function createCheckLimiter(deps: CheckLimitDeps): CheckLimiter {
   const { buckets, limits, metrics, logger } = deps;
@@ -93,7 +94,9 @@ export function createCheckLimiter(deps: CheckLimitDeps): CheckLimiter {
         code: 'too many requests',
         httpStatus: ERROR_STATUS['too many requests'],
         reason: 'too many requests:global',
-        headers: Object.freeze([['content-type', 'application/json'], ...h] as Header[]),
+        // Retry-After (RFC 9110 §10.2.3): the seconds until the refusing bucket has a token, the
+        // value of x-ratelimit-reset (≥ 1: a bucket that refuses has its next token ahead).
+        headers: Object.freeze([['content-type', 'application/json'], ...h, ['retry-after', h[2]![1]]] as Header[]),
         body: `${prefix},"requestId":null}\n`,
         bodyPrefix: prefix,
         bodyEnd: '\n',
@@ -129,6 +132,8 @@ export function createCheckLimiter(deps: CheckLimitDeps): CheckLimiter {
   return (address) => {
     const key = keyOf(address);
     if (key === undefined) return undefined;
+    const leased = buckets.takeLeased?.(key.client, key.prefix);
+    if (leased !== undefined) return answered(leased);
     return new Promise<LimitVerdict>((resolve) => {
       let done = false;
       const timer = setTimeout(() => {
@@ -172,15 +177,17 @@ type Evaluate = (input: AuthzInput) => Decision | Promise<Decision>;
  * address that is not one, go straight to `decide` (the synchronous path stays synchronous).
  */
 export function withGlobalLimit(limiter: CheckLimiter, decide: Evaluate): Evaluate {
+  const apply = (input: AuthzInput, v: LimitVerdict): Decision | Promise<Decision> => {
+    if (v.denial !== undefined) return v.denial;
+    const headers = v.headers;
+    const result = decide(input);
+    if (headers === undefined) return result;
+    return result instanceof Promise ? result.then((d) => withLimitHeaders(d, headers)) : withLimitHeaders(result, headers);
+  };
   return (input) => {
     const verdict = input.globalLimit === true ? limiter(input.clientIp) : undefined;
     if (verdict === undefined) return decide(input);
-    return verdict.then((v) => {
-      if (v.denial !== undefined) return v.denial;
-      const headers = v.headers;
-      const result = decide(input);
-      if (headers === undefined) return result;
-      return result instanceof Promise ? result.then((d) => withLimitHeaders(d, headers)) : withLimitHeaders(result, headers);
-    });
+    // A leased token answers at once: a read stays synchronous end to end.
+    return verdict instanceof Promise ? verdict.then((v) => apply(input, v)) : apply(input, verdict);
   };
 }

@@ -12,12 +12,14 @@
  *   request, not two); a prefix descriptor without its client's descriptor in the request is not
  *   limited here. Another domain, or a descriptor it does not know, is answered OK with no limit
  *   (as envoyproxy/ratelimit answers what its config does not name).
- * - The answer carries the standard statuses (code, current_limit RPS_PER_IP or RPS_PER_PREFIX
- *   per SECOND, limit_remaining, duration_until_reset: the time to the next token) and, as
+ * - The answer carries the standard statuses (code, limit_remaining, duration_until_reset: the
+ *   time to the next token; no current_limit, from which Envoy would write its own draft-03
+ *   headers beside these: statusOf) and, as
  *   response_headers_to_add, the x-ratelimit-* headers in the local limiter's own format from
  *   the real global budget of the tighter bucket (bucket.ts `tighter`): limit = its burst, the
  *   whole tokens left, and the seconds until its next token (Envoy's draft-03 headers would write
- *   `20, 20;w=1` instead; the filter's are off).
+ *   `20, 20;w=1`; it writes none without a current_limit). A refusal also carries `retry-after`, the
+ *   refusing bucket's x-ratelimit-reset (≥ 1), which Envoy adds to its 429.
  * - Fail open: when Redis cannot take a bucket the descriptor is answered OK without headers,
  *   counted (edge_ratelimit_redis_errors_total, edge_ratelimit_decisions_total{code="fail_open"})
  *   and logged once per outage: the request meets only Envoy's local per-replica limit. An
@@ -74,9 +76,15 @@ function headersOf(b: BucketState, burst: number, rps: number): [string, string]
   ];
 }
 
-/** A descriptor's status from one bucket of a take. */
+/**
+ * A descriptor's status from one bucket of a take: code, limit_remaining, duration_until_reset;
+ * not current_limit. Envoy's ratelimit filter writes its own draft-03 x-ratelimit-* headers from
+ * the statuses that carry a current_limit (ratelimit_headers.cc skips the others), and this
+ * service writes its own (response_headers_to_add, the local filter's format): with both, a
+ * response carried every header twice (`x-ratelimit-remaining: 39, 39`).
+ */
 function statusOf(t: Take, b: BucketState, hits: number, rps: number): DescriptorStatus {
-  return { code: !t.allowed && b.remaining < hits ? CODE.OVER_LIMIT : CODE.OK, limitPerSecond: rps, remaining: b.remaining, resetMs: nextTokenUs(b, rps) / 1000 };
+  return { code: !t.allowed && b.remaining < hits ? CODE.OVER_LIMIT : CODE.OK, remaining: b.remaining, resetMs: nextTokenUs(b, rps) / 1000 };
 }
 
 /** A client descriptor's take (undefined: Redis failed, answered OK). */
@@ -137,6 +145,8 @@ export function createRateLimitHandler(deps: RateLimitServiceDeps): (req: RateLi
       return statusOf(mine.take, mine.take.prefix, mine.hits, limits.rpsPerPrefix);
     });
     const overall = outcomes.some((o) => o?.take?.allowed === false) ? CODE.OVER_LIMIT : CODE.OK;
+    // Retry-After on the 429 Envoy answers: the refusing bucket's x-ratelimit-reset (≥ 1 s).
+    if (overall === CODE.OVER_LIMIT) headers = [...headers, ['retry-after', headers[2]![1]]];
     const failed = outcomes.some((o) => o !== undefined && o.take === undefined);
     metrics.rateLimit(overall === CODE.OVER_LIMIT ? 'over_limit' : failed ? 'fail_open' : 'ok');
     return { overall, statuses, headers };
