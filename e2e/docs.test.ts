@@ -147,7 +147,7 @@ test('docs/envoy.md: the renderer and Envoy run as written (the bootstrap valida
     const envoy = Shell.strict(run, ROOT, env);
     try {
       let ready = '';
-      for (let i = 0; i < 100 && ready !== 'LIVE'; i++) {
+      for (let i = 0; i < 100 && ready !== 'LIVE' && envoy.child.exitCode === null; i++) {
         await sleep(200);
         ready = await fetch(`http://127.0.0.1:${ports.ENVOY_ADMIN_PORT}/ready`).then(async (r) => (await r.text()).trim(), () => '');
       }
