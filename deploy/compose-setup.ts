@@ -1,9 +1,10 @@
 /**
- * Development secrets for `docker compose` (deploy/docker-compose.yml), never committed:
+ * Development secrets for `docker-compose` (deploy/docker-compose.yml), never committed:
  *
- *   scripts/node deploy/compose-setup.ts                       # once, before `docker compose up`
+ *   scripts/node deploy/compose-setup.ts                       # once, before `docker-compose up`
  *   scripts/node deploy/compose-setup.ts --rotate-client-cert  # issue + publish a new client certificate
- *   options: --out <dir> (default: deploy/)
+ *   options: --out <dir> (default: deploy/); --gid <n> (as root: the containers' group, default the
+ *            first gid from 10001 no host group or user has)
  *
  * Writes, under <out>:
  *   .secrets/ingest_hmac, ingest_hmac_previous (empty: no rotation in progress),
@@ -18,13 +19,20 @@
  *   .env           EDGE_UID/EDGE_GID: the user every container runs as
  *
  * Compose mounts file secrets as bind mounts, so the host file's owner and mode are what the
- * container sees (compose's `uid`/`mode` apply to Swarm only). Files are therefore 0400 and owned
- * by the user the containers run as: the invoking user, or uid/gid 1000 when run as root (this
- * script then writes everything as 1000, so later rotations keep the same owner).
+ * container sees (compose's `uid`/`mode` apply to Swarm only). Who may read them:
+ *   - run as a user: that user owns everything (files 0400, directories 0700) and the containers
+ *     run as that user (EDGE_UID/EDGE_GID = the invoking uid/gid);
+ *   - run as root: root owns everything. What a container reads (the files docker-compose.yml
+ *     mounts: MOUNTED) is 0440 with group EDGE_GID, a dedicated group that no host group or user
+ *     has (the first free gid from 10001 in /etc/group and /etc/passwd, or --gid); the rest (the
+ *     feed's private key, the CA keys) is 0400 root. The containers run as uid 1000 (the image's
+ *     user, who owns nothing here) with EDGE_GID as their group, so they read their secrets
+ *     through the group and a host account with uid 1000 reads none of them.
+ *     The state directory is 0770 root:EDGE_GID.
  */
 import { generateKeyPairSync, randomBytes } from 'node:crypto';
-import { chmodSync, chownSync, existsSync, mkdirSync, readdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
-import { dirname, join, resolve } from 'node:path';
+import { chmodSync, chownSync, existsSync, lstatSync, mkdirSync, readdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
+import { join, resolve } from 'node:path';
 import { parseArgs } from 'node:util';
 import { fileURLToPath } from 'node:url';
 import { DEFAULT_GEOIP_DB } from '../authz/src/common/config.ts';
@@ -52,53 +60,80 @@ export const COMPOSE_FILES = {
   env: '.env',
 } as const;
 
-/** Who the containers run as: the invoking user, or the image's user when invoked as root. */
-export function containerIds(uid: number, gid: number): { uid: number; gid: number } {
-  return uid === 0 ? { uid: IMAGE_UID, gid: IMAGE_UID } : { uid, gid };
+/** The first gid a dedicated containers' group gets when run as root (--gid chooses another). */
+export const FIRST_DEDICATED_GID = 10001;
+
+/** The gids /etc/group and /etc/passwd give to a host group or user. */
+export function hostGids(group = readOptional('/etc/group'), passwd = readOptional('/etc/passwd')): Set<number> {
+  const gids = new Set<number>();
+  for (const l of group.split('\n')) if (/^[^#:]+:[^:]*:\d+:/.test(l)) gids.add(Number(l.split(':')[2]));
+  for (const l of passwd.split('\n')) if (/^[^#:]+:[^:]*:\d+:\d+:/.test(l)) gids.add(Number(l.split(':')[3]));
+  return gids;
+}
+
+function readOptional(path: string): string {
+  try {
+    return readFileSync(path, 'utf8');
+  } catch {
+    return '';
+  }
+}
+
+/** The first gid from FIRST_DEDICATED_GID that no host group or user has. */
+export function dedicatedGid(taken: ReadonlySet<number> = hostGids()): number {
+  let gid = FIRST_DEDICATED_GID;
+  while (taken.has(gid)) gid++;
+  return gid;
 }
 
 /**
- * The first directory on the way to `dir` (itself included) that `ids` cannot search (x), or
- * undefined. Directories that do not exist yet are created by root, with the default mode. Mode
- * bits as the kernel applies them to a process whose only group is `ids.gid` (the user this
- * script continues as); POSIX ACLs are not read. Checked before anything is written, so a
- * directory only root can enter fails with a message instead of EACCES half way through.
+ * Who owns the files and who the containers run as. `group`: root owns the files and the
+ * containers read theirs through the dedicated group `gid` (run as root); otherwise the invoking
+ * user owns them and the containers run as that user.
  */
-export function unsearchableDir(dir: string, ids: { uid: number; gid: number }): string | undefined {
-  if (ids.uid === 0) return undefined;
-  const chain: string[] = [];
-  for (let d = resolve(dir); ; d = dirname(d)) {
-    chain.unshift(d);
-    if (dirname(d) === d) break;
-  }
-  for (const d of chain) {
-    const st = statSync(d, { throwIfNoEntry: false });
-    if (st === undefined) return undefined;
-    const shift = st.uid === ids.uid ? 6 : st.gid === ids.gid ? 3 : 0;
-    if (((st.mode >> shift) & 0o1) === 0) return d;
-  }
-  return undefined;
+export interface Ownership { readonly uid: number; readonly gid: number; readonly group: boolean }
+
+/** The ownership for an invoking uid/gid (`dedicated`: the group chosen when invoked as root). */
+export function ownership(uid: number, gid: number, dedicated: () => number = () => dedicatedGid()): Ownership {
+  return uid === 0 ? { uid: IMAGE_UID, gid: dedicated(), group: true } : { uid, gid, group: false };
 }
 
-/** As root, continue as the containers' user so every file written is theirs. */
-function becomeContainerUser(ids: { uid: number; gid: number }): void {
-  if (process.getuid?.() === 0 && ids.uid !== 0) {
-    process.setgroups?.([ids.gid]);
-    process.setgid?.(ids.gid);
-    process.setuid?.(ids.uid);
-  }
-}
+/** What docker-compose.yml mounts into a container (read through the group when run as root). */
+export const MOUNTED = [
+  COMPOSE_FILES.ingestHmac, COMPOSE_FILES.ingestHmacPrevious, COMPOSE_FILES.feedPublicKeys, COMPOSE_FILES.adminToken,
+  COMPOSE_FILES.backendCa, COMPOSE_FILES.backendCert, COMPOSE_FILES.backendKey, COMPOSE_FILES.clientCa,
+] as const;
 
-/** 0400 files (0600 for the CA serial files openssl rewrites), 0700 directories. */
-function restrict(dir: string): void {
-  chmodSync(dir, 0o700);
-  for (const f of readdirSync(dir)) {
-    const p = join(dir, f);
-    const st = statSync(p, { throwIfNoEntry: false });
-    if (st === undefined) continue;
-    if (st.isDirectory()) restrict(p);
-    else chmodSync(p, f.endsWith('.srl') ? 0o600 : 0o400);
-  }
+/**
+ * Owner and mode of everything under .secrets: as a user 0400 files, 0700 directories (the
+ * user's own); as root the MOUNTED files and the client certificate directory (mounted whole)
+ * 0440/0750 root:gid, everything else 0400/0700 root. CA serial files (openssl rewrites them)
+ * 0600.
+ */
+function restrict(out: string, o: Ownership): void {
+  const secrets = join(out, '.secrets');
+  const clientDir = join(out, COMPOSE_FILES.clientCertDir);
+  const mounted = new Set(MOUNTED.map((f) => join(out, f)));
+  const walk = (dir: string): void => {
+    const shared = o.group && (dir === clientDir || dir.startsWith(`${clientDir}/`));
+    set(dir, shared ? 0o750 : 0o700, shared);
+    for (const f of readdirSync(dir)) {
+      const p = join(dir, f);
+      const st = lstatSync(p, { throwIfNoEntry: false });
+      if (st === undefined || st.isSymbolicLink()) continue;
+      if (st.isDirectory()) walk(p);
+      else if (f.endsWith('.srl')) set(p, 0o600, false);
+      else {
+        const read = o.group && (shared || mounted.has(p));
+        set(p, read ? 0o440 : 0o400, read);
+      }
+    }
+  };
+  const set = (p: string, mode: number, shared: boolean): void => {
+    if (o.group) chownSync(p, 0, shared ? o.gid : 0);
+    chmodSync(p, mode);
+  };
+  walk(secrets);
 }
 
 /** A refusal with a message for the operator (printed without a stack trace). */
@@ -107,80 +142,98 @@ export class SetupError extends Error {
 }
 
 /**
- * The admin token (0400) and the state directory (0700), owned by the containers' user: written
- * when missing, also into a .secrets an earlier version of this script made.
+ * The admin token and the state directory: written when missing, also into a .secrets an
+ * earlier version of this script made. The state directory is the containers' user's (0700) or,
+ * as root, root:gid 0770 (the TS service writes its seal marker there).
  */
-function ensureAdminFiles(out: string, ids: { uid: number; gid: number }): void {
+function ensureAdminFiles(out: string, o: Ownership): void {
   const state = join(out, COMPOSE_FILES.state);
   mkdirSync(state, { recursive: true, mode: 0o700 });
-  if (process.getuid?.() === 0) chownSync(state, ids.uid, ids.gid);
+  if (o.group) {
+    chownSync(state, 0, o.gid);
+    chmodSync(state, 0o770);
+  }
   const token = join(out, COMPOSE_FILES.adminToken);
   if (existsSync(token)) return;
   writeFileSync(token, `${randomBytes(32).toString('hex')}\n`, { mode: 0o400 });
-  if (process.getuid?.() === 0) chownSync(token, ids.uid, ids.gid);
+  if (o.group) {
+    chownSync(token, 0, o.gid);
+    chmodSync(token, 0o440);
+  }
 }
 
-export function setup(out: string): string {
-  const ids = containerIds(process.getuid?.() ?? IMAGE_UID, process.getgid?.() ?? IMAGE_UID);
+/** The ownership an existing <out> was written with (its .env), or undefined. */
+function writtenOwnership(out: string): Ownership | undefined {
+  const env = readOptional(join(out, COMPOSE_FILES.env));
+  const uid = /^EDGE_UID=(\d+)$/m.exec(env)?.[1];
+  const gid = /^EDGE_GID=(\d+)$/m.exec(env)?.[1];
+  if (uid === undefined || gid === undefined) return undefined;
+  const st = statSync(join(out, '.secrets'), { throwIfNoEntry: false });
+  return { uid: Number(uid), gid: Number(gid), group: st?.uid === 0 };
+}
+
+export function setup(out: string, gid?: number): string {
+  const invoker = { uid: process.getuid?.() ?? IMAGE_UID, gid: process.getgid?.() ?? IMAGE_UID };
   const secrets = join(out, '.secrets');
   if (existsSync(join(out, COMPOSE_FILES.ingestHmac))) {
-    ensureAdminFiles(out, ids);
+    ensureAdminFiles(out, writtenOwnership(out) ?? ownership(invoker.uid, invoker.gid, () => gid ?? dedicatedGid()));
     return `${secrets} already exists (admin token and ${join(out, COMPOSE_FILES.state)} ensured); delete it to regenerate`;
   }
-  const blocked = unsearchableDir(out, ids);
-  if (blocked !== undefined) {
-    throw new SetupError(
-      `${blocked} is not searchable by ${ids.uid}:${ids.gid}, the user the containers run as: every directory down to ${out} `
-      + 'must be, so that user can write the files and the containers can read them (compose bind-mounts them as they are). '
-      + 'Choose another --out, or grant search permission (e.g. chmod o+x on that directory)',
-    );
-  }
-  writeFileSync(join(out, COMPOSE_FILES.env), `# written by deploy/compose-setup.ts: the user the containers run as\nEDGE_UID=${ids.uid}\nEDGE_GID=${ids.gid}\n`);
-  for (const d of [secrets, join(out, COMPOSE_FILES.geoipDir)]) {
-    mkdirSync(d, { recursive: true, mode: 0o700 });
-    if (process.getuid?.() === 0) chownSync(d, ids.uid, ids.gid);
-  }
-  ensureAdminFiles(out, ids);
-  // Read what lives in the checkout before dropping privileges: the checkout may sit where the
-  // container user cannot read (e.g. under /root).
-  const geoipBytes = readFileSync(DEFAULT_GEOIP_DB);
-  becomeContainerUser(ids);
+  if (gid !== undefined && invoker.uid !== 0) throw new SetupError('--gid is for a run as root: as a user, the containers run as that user');
+  const o = ownership(invoker.uid, invoker.gid, () => gid ?? dedicatedGid());
+  if (o.group && hostGids().has(o.gid)) throw new SetupError(`--gid ${o.gid} is a host group's or user's: the containers' group must be one no host account has`);
+  mkdirSync(out, { recursive: true });
+  writeFileSync(join(out, COMPOSE_FILES.env), `# written by deploy/compose-setup.ts: the user and group the containers run as${o.group ? ' (the group is dedicated: it reads the secrets, which root owns)' : ''}\nEDGE_UID=${o.uid}\nEDGE_GID=${o.gid}\n`);
+  for (const d of [secrets, join(out, COMPOSE_FILES.geoipDir)]) mkdirSync(d, { recursive: true, mode: 0o700 });
+  ensureAdminFiles(out, o);
   const { privateKey, publicKey } = generateKeyPairSync('ed25519');
   const hex = (b64url: string | undefined): string => Buffer.from(b64url ?? '', 'base64url').toString('hex');
-  writeFileSync(join(out, COMPOSE_FILES.ingestHmac), `hex:${randomBytes(32).toString('hex')}\n`);
-  writeFileSync(join(out, COMPOSE_FILES.ingestHmacPrevious), '');
-  writeFileSync(join(out, COMPOSE_FILES.feedPublicKeys), `${hex(publicKey.export({ format: 'jwk' }).x)}\n`);
-  writeFileSync(join(out, COMPOSE_FILES.feedPrivateKey), `${hex(privateKey.export({ format: 'jwk' }).d)}\n`);
+  writeFileSync(join(out, COMPOSE_FILES.ingestHmac), `hex:${randomBytes(32).toString('hex')}\n`, { mode: 0o400 });
+  writeFileSync(join(out, COMPOSE_FILES.ingestHmacPrevious), '', { mode: 0o400 });
+  writeFileSync(join(out, COMPOSE_FILES.feedPublicKeys), `${hex(publicKey.export({ format: 'jwk' }).x)}\n`, { mode: 0o400 });
+  writeFileSync(join(out, COMPOSE_FILES.feedPrivateKey), `${hex(privateKey.export({ format: 'jwk' }).d)}\n`, { mode: 0o400 });
   generateDevPki(join(out, COMPOSE_FILES.pki), 'backend');
-  restrict(secrets);
-  writeFileSync(join(out, COMPOSE_FILES.geoipDb), geoipBytes);
+  restrict(out, o);
+  writeFileSync(join(out, COMPOSE_FILES.geoipDb), readFileSync(DEFAULT_GEOIP_DB));
   chmodSync(join(out, COMPOSE_FILES.geoipDir), 0o755);
   chmodSync(join(out, COMPOSE_FILES.geoipDb), 0o444);
-  return `wrote ${secrets}, ${join(out, COMPOSE_FILES.state)}, ${join(out, COMPOSE_FILES.geoipDir)} and ${join(out, COMPOSE_FILES.env)} (containers run as ${ids.uid}:${ids.gid})`;
+  const who = o.group ? `root, read by the containers (uid ${o.uid}) through the dedicated group ${o.gid}` : `${o.uid}:${o.gid}, the containers' user`;
+  return `wrote ${secrets}, ${join(out, COMPOSE_FILES.state)}, ${join(out, COMPOSE_FILES.geoipDir)} and ${join(out, COMPOSE_FILES.env)} (secrets owned by ${who})`;
 }
 
 /**
  * Issues a new client certificate from the dev client CA and publishes it the way a Kubernetes
  * secret volume does (new ..<stamp> directory, atomic rename of ..data): the running Envoy picks
- * it up through its SDS watched_directory, without a restart.
+ * it up through its SDS watched_directory, without a restart. The new directory has its final
+ * owner and mode before the swap, so Envoy never sees a file it cannot read.
  */
 export function rotateClientCert(out: string): string {
   const pki = join(out, COMPOSE_FILES.pki);
   if (!existsSync(join(pki, 'client-ca.key'))) throw new SetupError(`${pki}: run compose-setup.ts first`);
-  const st = statSync(pki);
-  becomeContainerUser({ uid: st.uid, gid: st.gid });
+  const o = writtenOwnership(out);
+  if (o === undefined) throw new SetupError(`${join(out, COMPOSE_FILES.env)}: missing or without EDGE_UID/EDGE_GID; run compose-setup.ts again`);
+  if (!o.group && process.getuid?.() !== o.uid) throw new SetupError(`run it as uid ${o.uid}, who owns ${pki}`);
   const name = `client-${Date.now()}`;
   issue(pki, 'client-ca', name, 'edge-client', 'DNS:edge.internal', 'clientAuth');
-  publishClientCert(join(out, COMPOSE_FILES.clientCertDir), readFileSync(join(pki, `${name}.crt`)), readFileSync(join(pki, `${name}.key`)));
-  restrict(pki);
+  publishClientCert(join(out, COMPOSE_FILES.clientCertDir), readFileSync(join(pki, `${name}.crt`)), readFileSync(join(pki, `${name}.key`)), (dir) => {
+    if (!o.group) return;
+    for (const f of readdirSync(dir)) {
+      chownSync(join(dir, f), 0, o.gid);
+      chmodSync(join(dir, f), 0o440);
+    }
+    chownSync(dir, 0, o.gid);
+    chmodSync(dir, 0o750);
+  });
+  restrict(out, o);
   return `published ${name} into ${join(out, COMPOSE_FILES.clientCertDir)}`;
 }
 
 if (import.meta.main) {
-  const { values } = parseArgs({ options: { out: { type: 'string' }, 'rotate-client-cert': { type: 'boolean' } } });
+  const { values } = parseArgs({ options: { out: { type: 'string' }, gid: { type: 'string' }, 'rotate-client-cert': { type: 'boolean' } } });
   const out = resolve(values.out ?? fileURLToPath(new URL('./', import.meta.url)));
   try {
-    process.stdout.write(`compose-setup: ${values['rotate-client-cert'] === true ? rotateClientCert(out) : setup(out)}\n`);
+    if (values.gid !== undefined && !/^[1-9]\d{0,9}$/.test(values.gid)) throw new SetupError(`--gid ${values.gid}: a positive number`);
+    process.stdout.write(`compose-setup: ${values['rotate-client-cert'] === true ? rotateClientCert(out) : setup(out, values.gid === undefined ? undefined : Number(values.gid))}\n`);
   } catch (err) {
     if (!(err instanceof SetupError)) throw err;
     process.stderr.write(`compose-setup: ${err.message}\n`);

@@ -24,6 +24,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { fileURLToPath } from 'node:url';
 import { freePort, PrivateRedis } from '../authz/test/redis-server.ts';
 import { tempDir } from '../authz/test/temp-dir.ts';
+import { docBlock as docBlockOf } from './lib/doc-blocks.ts';
 
 const ROOT = fileURLToPath(new URL('../', import.meta.url));
 const NODE = join(ROOT, 'scripts', 'node');
@@ -302,13 +303,9 @@ test('npm start supervises: the TS service, Redis and the demo backend are resta
   }
 });
 
-/** A fenced ```sh block of docs/operations.md that starts with `first` (the doc's text, run as written). */
-function docBlock(first: string): string {
-  const doc = readFileSync(join(ROOT, 'docs/operations.md'), 'utf8');
-  const block = [...doc.matchAll(/^( *)```sh\n([\s\S]*?)^\1```$/gm)].map((m) => m[2]!.split('\n').map((l) => l.slice(m[1]!.length)).join('\n'))
-    .find((b) => b.startsWith(first));
-  assert.ok(block !== undefined, `docs/operations.md has a sh block starting with ${first}`);
-  return block;
+/** The ```sh block of docs/operations.md marked `<!-- doc-test: <id> -->` (the doc's text, run as written; e2e/lib/doc-blocks.ts). */
+function docBlock(id: string): string {
+  return docBlockOf('docs/operations.md', id);
 }
 
 test('docs/operations.md, npm start forms, run as written: HMAC rotation keeps .run/dev.env current, client-certificate rotation, GeoIP replacement (good and corrupt)', { timeout: 180_000 }, async () => {
@@ -329,7 +326,7 @@ test('docs/operations.md, npm start forms, run as written: HMAC rotation keeps .
     const oldKey = first['EDGE_INGEST_HMAC']!;
 
     // Rotation, step 1: new key current, old key previous.
-    stack = Proc.bash(ours(docBlock('old=$(sed -n')), f.env);
+    stack = Proc.bash(ours(docBlock('hmac-rotation-start')), f.env);
     await stack.waitFor(/start: READY/, 60_000);
     assert.match(stack.out, /now holds the ingest HMAC key\(s\) this stack runs with/);
     const rotated = keysOf(join(f.runDir, 'dev.env'));
@@ -348,7 +345,7 @@ test('docs/operations.md, npm start forms, run as written: HMAC rotation keeps .
     await stopStack(stack);
 
     // Step 3: the previous key emptied, in the service and in dev.env.
-    stack = Proc.bash(ours(docBlock('EDGE_INGEST_HMAC_PREVIOUS= npm start')), f.env);
+    stack = Proc.bash(ours(docBlock('hmac-rotation-end')), f.env);
     await stack.waitFor(/start: READY/, 60_000);
     const ended = keysOf(join(f.runDir, 'dev.env'));
     assert.equal(ended['EDGE_INGEST_HMAC'], rotated['EDGE_INGEST_HMAC']);
@@ -364,7 +361,7 @@ test('docs/operations.md, npm start forms, run as written: HMAC rotation keeps .
     const sdsUpdates = async (): Promise<number> => Number(/ssl_context_update_by_sds: (\d+)/.exec(
       await (await fetch(`http://127.0.0.1:${f.ports.ENVOY_ADMIN_PORT}/stats?filter=client_ssl_socket_factory.ssl_context_update_by_sds`)).text())?.[1]);
     const before = await sdsUpdates();
-    const rotate = Proc.bash(ours(docBlock('npm start -- --rotate-client-cert')), f.env);
+    const rotate = Proc.bash(ours(docBlock('client-cert-rotate')), f.env);
     assert.equal(await rotate.exit(30_000), 0, rotate.out);
     assert.match(rotate.out, /npm start: published client-\d+ \(CN=edge-client-\d+\)/);
     assert.match(rotate.out, /client_ssl_socket_factory\.ssl_context_update_by_sds: \d+/, 'the doc\'s grep finds the counter');
@@ -379,11 +376,11 @@ test('docs/operations.md, npm start forms, run as written: HMAC rotation keeps .
     const reloads = async (): Promise<string> => (await (await fetch(`http://127.0.0.1:${f.ports.AUTHZ_ADMIN_PORT}/metrics`)).text())
       .split('\n').filter((l) => l.startsWith('edge_geoip_reloads_total')).join(' ');
     assert.equal(await reloads(), 'edge_geoip_reloads_total{result="ok"} 0 edge_geoip_reloads_total{result="failed"} 0');
-    const good = Proc.bash(ours(docBlock('cp node_modules/')), f.env);
+    const good = Proc.bash(ours(docBlock('geoip-replace')), f.env);
     assert.equal(await good.exit(10_000), 0, good.out);
     for (let i = 0; i < 30 && !(await reloads()).includes('{result="ok"} 1'); i++) await sleep(100);
     assert.equal(await reloads(), 'edge_geoip_reloads_total{result="ok"} 1 edge_geoip_reloads_total{result="failed"} 0');
-    const bad = Proc.bash(ours(docBlock('head -c 4096 /dev/urandom')), f.env);
+    const bad = Proc.bash(ours(docBlock('geoip-corrupt')), f.env);
     assert.equal(await bad.exit(10_000), 0, bad.out);
     for (let i = 0; i < 30 && !(await reloads()).includes('{result="failed"} 1'); i++) await sleep(100);
     assert.equal(await reloads(), 'edge_geoip_reloads_total{result="ok"} 1 edge_geoip_reloads_total{result="failed"} 1');
@@ -554,7 +551,7 @@ test('docs/operations.md, npm start: an HMAC rotation step from a shell that sou
     const oldKey = stale['EDGE_INGEST_HMAC']!;
 
     // Step 1 in another shell; the feed switches to the new key (step 2).
-    stack = Proc.bash(ours(docBlock('old=$(sed -n')), f.env);
+    stack = Proc.bash(ours(docBlock('hmac-rotation-start')), f.env);
     await stack.waitFor(/start: READY/, 60_000);
     const rotated = keysOf(devEnv);
     const newKey = rotated['EDGE_INGEST_HMAC']!;
@@ -563,14 +560,14 @@ test('docs/operations.md, npm start: an HMAC rotation step from a shell that sou
     await stopStack(stack);
 
     // Step 3 from the stale shell: refused, naming the environment's (old) key and dev.env's (new) one.
-    const line = await refused(Proc.bash(ours(docBlock('EDGE_INGEST_HMAC_PREVIOUS= npm start')), { ...f.env, ...stale }),
+    const line = await refused(Proc.bash(ours(docBlock('hmac-rotation-end')), { ...f.env, ...stale }),
       /^npm start: EDGE_INGEST_HMAC in your environment \(sha256:[0-9a-f]{8}\) is not the key this stack last ran with \(sha256:[0-9a-f]{8}, in '[^']+dev\.env'\).*refresh it \(set -a; \. '[^']+dev\.env'; set \+a\)/);
     assert.ok(line.includes(`(${fp(oldKey)})`) && line.includes(`(${fp(newKey)}, in`), line);
     // A plain start from that shell likewise.
     await refused(Proc.npm({ ...f.env, ...stale }), /^npm start: EDGE_INGEST_HMAC in your environment/);
 
     // The doc's refresh, then step 3: the rotation ends on the new key.
-    stack = Proc.bash(ours(docBlock('set -a; . ./.run/dev.env; set +a')), { ...f.env, ...stale });
+    stack = Proc.bash(ours(docBlock('hmac-refresh-shell')), { ...f.env, ...stale });
     await stack.waitFor(/start: READY/, 60_000);
     const ended = keysOf(devEnv);
     assert.equal(ended['EDGE_INGEST_HMAC'], newKey);
@@ -741,9 +738,8 @@ test('docs as written against npm start: the openssl signed ingest of docs/api.m
   const stack = Proc.npm(f.env);
   try {
     await stack.waitFor(/start: READY/, 60_000);
-    const api = readFileSync(join(ROOT, 'docs/api.md'), 'utf8');
-    const block = /^```sh\n(cd \.run\/[\s\S]*?)^```$/m.exec(api)?.[1];
-    assert.ok(block !== undefined && block.includes('openssl pkeyutl -sign -inkey feed-private.pem'), 'docs/api.md has the signed ingest');
+    const block = docBlockOf('docs/api.md', 'api-openssl-ingest');
+    assert.ok(block.includes('openssl pkeyutl -sign -inkey feed-private.pem'), 'docs/api.md has the signed ingest');
     const signed = Proc.bash(`set -eo pipefail\n${ours(block)}`, f.env);
     assert.equal(await signed.exit(30_000), 0, signed.out);
     assert.match(signed.out, /^\{"status":"stored","conditionId":"0x7c01","seq":\d+\}\n$/, signed.out);
@@ -751,10 +747,10 @@ test('docs as written against npm start: the openssl signed ingest of docs/api.m
     assert.equal(markets.markets.length, 1);
 
     // The snippets print the counter after the reload (GEOIP_RELOAD_INTERVAL_MS 2 s, unset here).
-    const good = Proc.bash(ours(docBlock('cp node_modules/')), f.env);
+    const good = Proc.bash(ours(docBlock('geoip-replace')), f.env);
     assert.equal(await good.exit(40_000), 0, good.out);
     assert.equal(good.out, 'edge_geoip_reloads_total{result="ok"} 1\nedge_geoip_reloads_total{result="failed"} 0\n');
-    const bad = Proc.bash(ours(docBlock('head -c 4096 /dev/urandom')), f.env);
+    const bad = Proc.bash(ours(docBlock('geoip-corrupt')), f.env);
     assert.equal(await bad.exit(40_000), 0, bad.out);
     assert.equal(bad.out, 'edge_geoip_reloads_total{result="ok"} 1\nedge_geoip_reloads_total{result="failed"} 1\n');
   } finally {
@@ -831,7 +827,7 @@ describe('npm start: a seal through the admin port outlives restarts (issue 26)'
       await stopStack(stack);
 
       // Unsealed as docs/operations.md says, run as written: the marker removed, then npm start.
-      stack = Proc.bash(docBlock('rm .run/sealed').replaceAll('.run/', `${f.runDir}/`), f.env);
+      stack = Proc.bash(docBlock('unseal').replaceAll('.run/', `${f.runDir}/`), f.env);
       await stack.waitFor(/start: READY/, 60_000);
       assert.equal(existsSync(marker), false);
       assert.deepEqual(await healthz(), [200, undefined]);

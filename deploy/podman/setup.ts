@@ -10,6 +10,7 @@
  *            --envoy-image <ref>   Envoy's image in podman's store (default docker.io/local/envoy:v1.40.0)
  *            --service-image <ref> the service image in podman's store (default docker.io/library/edge-trading-proxy:1.0.0)
  *            --redis-port <p>      where the pod finds Redis on the network's gateway (default 16390)
+ *            --redis-replica-port <p>  its replica's port on loopback, for pod.env (default: --redis-port + 1)
  *            --publish <a,b,c,d>   host ports (127.0.0.1) for the containerPorts http,grpc,metrics,ingest (default
  *                                  18080,19191,19464: `npm start` keeps 8080, 9191 and 9464 on loopback)
  *
@@ -30,7 +31,11 @@
  *   edge.yaml           everything else (podman runs the Deployment and the ConfigMaps it uses,
  *                       and ignores the Service, HPA, PDB, NetworkPolicy and CronJob)
  *   geoip-update.yaml   the CronJob's job pod as a Pod (what `kubectl create job --from=cronjob/…` runs)
- *   pod.env             for the shell: CONTAINERS_CONF, POD_NETWORK, POD_GATEWAY, POD_NAME, …
+ *   pod.env             for the shell: CONTAINERS_CONF, POD_NETWORK, POD_GATEWAY, POD_NAME, the ports
+ *                       (POD_REDIS_PORT, POD_REDIS_REPLICA_PORT, POD_EDGE_URL, POD_INGEST_URL,
+ *                       POD_GRPC_ADDRESS, POD_METRICS_URL), the CronJob's pod and container
+ *                       (POD_GEOIP_UPDATE_POD, _CONTAINER) and the named volumes (POD_VOLUMES):
+ *                       every name docs/deploy.md's walkthrough uses, for any --name and --publish
  * and creates the podman network edge-<name>. Its gateway is where the pod reaches the host: the
  * address exists while a pod is attached, so a service on the host binds it after `kube play`.
  */
@@ -424,6 +429,8 @@ export interface SetupOptions {
   readonly envoyImage: string;
   readonly serviceImage: string;
   readonly redisPort: number;
+  /** The port of the Redis replica on the host's loopback (pod.env only; default redisPort + 1). */
+  readonly redisReplicaPort?: number;
   readonly publish: Readonly<Record<string, number>>;
   readonly blockedCountries?: string;
   /** The network's subnet (default: podman picks one; see freeSubnet). */
@@ -532,6 +539,11 @@ export function setupPod(opts: SetupOptions): PodSetup {
   const docs = yamlDocs(rendered);
   const deployment = findResource<Workload>(docs, 'Deployment');
   const pod = `${deployment.metadata.name}-pod-0`;
+  const cronJob = findResource<CronJob>(docs, 'CronJob');
+  const updateContainer = `${split.geoipUpdatePodName}-${cronJob.spec.jobTemplate.spec.template.spec.containers[0]?.name ?? ''}`;
+  // The named volumes podman makes: one per claim, one per ConfigMap the pod mounts as a volume.
+  const volumes = [...docs.filter((d) => d.kind === 'PersistentVolumeClaim').map((d) => d.metadata.name),
+    ...(deployment.spec.template.spec.volumes ?? []).flatMap((v) => (v.configMap === undefined ? [] : [v.configMap.name]))];
   writeFileSync(files.env, [
     `# written by deploy/podman/setup.ts: source it (. ${files.env})`,
     `export CONTAINERS_CONF=${conf}`,
@@ -539,9 +551,15 @@ export function setupPod(opts: SetupOptions): PodSetup {
     `POD_GATEWAY=${gateway}`,
     `POD_NAME=${pod}`,
     `POD_REDIS_PORT=${opts.redisPort}`,
+    `POD_REDIS_REPLICA_PORT=${opts.redisReplicaPort ?? opts.redisPort + 1}`,
     `POD_EDGE_URL=http://127.0.0.1:${opts.publish['http'] ?? ''}`,
     `POD_INGEST_URL=http://127.0.0.1:${opts.publish['ingest'] ?? ''}`,
+    `POD_GRPC_ADDRESS=127.0.0.1:${opts.publish['grpc'] ?? ''}`,
+    `POD_METRICS_URL=http://127.0.0.1:${opts.publish['metrics'] ?? ''}`,
     `POD_BACKEND_HOST=${backendHost}`,
+    `POD_GEOIP_UPDATE_POD=${split.geoipUpdatePodName}`,
+    `POD_GEOIP_UPDATE_CONTAINER=${updateContainer}`,
+    `POD_VOLUMES="${volumes.join(' ')}"`,
     '',
   ].join('\n'));
   return {
@@ -583,13 +601,14 @@ if (import.meta.main) {
       'envoy-image': { type: 'string', default: 'docker.io/local/envoy:v1.40.0' },
       'service-image': { type: 'string', default: 'docker.io/library/edge-trading-proxy:1.0.0' },
       'redis-port': { type: 'string', default: '16390' },
+      'redis-replica-port': { type: 'string' },
       publish: { type: 'string', default: '18080,19191,19464,18082' },
       'rotate-client-cert': { type: 'boolean' },
       'conf-only': { type: 'boolean' },
     },
   });
   if (values.out === undefined) {
-    process.stderr.write('usage: setup.ts --out <dir> [--name n] [--envoy-image ref] [--service-image ref] [--redis-port p] [--publish http,grpc,metrics,ingest] | --out <dir> --rotate-client-cert | --out <dir> --conf-only\n');
+    process.stderr.write('usage: setup.ts --out <dir> [--name n] [--envoy-image ref] [--service-image ref] [--redis-port p] [--redis-replica-port p] [--publish http,grpc,metrics,ingest] | --out <dir> --rotate-client-cert | --out <dir> --conf-only\n');
     process.exit(2);
   }
   if (values['conf-only'] === true) {
@@ -607,7 +626,7 @@ if (import.meta.main) {
     const [http, grpc, metrics, ingest] = values.publish.split(',').map(Number);
     const s = setupPod({
       out: values.out, name: values.name, envoyImage: values['envoy-image'], serviceImage: values['service-image'],
-      redisPort: Number(values['redis-port']), publish: { http: http ?? 18080, grpc: grpc ?? 19191, metrics: metrics ?? 19464, ingest: ingest ?? 18082 },
+      redisPort: Number(values['redis-port']), ...(values['redis-replica-port'] === undefined ? {} : { redisReplicaPort: Number(values['redis-replica-port']) }), publish: { http: http ?? 18080, grpc: grpc ?? 19191, metrics: metrics ?? 19464, ingest: ingest ?? 18082 },
     });
     process.stdout.write(`setup: wrote ${s.dir} (${Object.values(FILES).join(', ')}); network ${s.network}, gateway ${s.gateway}; the pod will be ${s.pod}\n`);
   }

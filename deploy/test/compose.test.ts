@@ -7,14 +7,17 @@
  *   is a setting the service really reads, the addresses Envoy is given name compose services;
  * - its files: deploy/compose-setup.ts is run, and every secret, bind mount and *_FILE path of
  *   every service must resolve through that service's mounts to a generated file, owned by the
- *   user the container runs as, mode 0400; the service's config and credentials load from them;
+ *   user the container runs as, mode 0400 (run as a user), or owned by root, group the dedicated
+ *   EDGE_GID, mode 0440 (run as root, as in CI); the service's config and credentials load from them;
+ *   as root nothing is readable by a host account with uid 1000 and the keys no container reads
+ *   stay root's;
  * - the Envoy config compose runs: rendered by the `render` one-shot's own command and settings,
  *   then the real `envoy --mode validate` with every path mapped through the envoy service's mounts.
  */
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync, spawnSync } from 'node:child_process';
-import { chmodSync, mkdirSync, readFileSync, readdirSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { chmodSync, linkSync, lstatSync, mkdirSync, realpathSync, readFileSync, readdirSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import YAML from 'yaml';
 import { loadConfig } from '../../authz/src/common/config.ts';
@@ -22,7 +25,7 @@ import { loadCredentials } from '../../authz/src/common/credentials.ts';
 import { readTokenFile } from '../../authz/src/common/token.ts';
 import { envoyBinary } from '../../envoy/envoy-bin.ts';
 import { main as renderCli } from '../../envoy/render-cli.ts';
-import { COMPOSE_FILES, unsearchableDir } from '../compose-setup.ts';
+import { COMPOSE_FILES, dedicatedGid, FIRST_DEDICATED_GID, hostGids, IMAGE_UID, ownership } from '../compose-setup.ts';
 import { ROOT } from '../paths.ts';
 import { backendSettings, settingsRead, validateEnvoyThroughMounts } from './support.ts';
 import { COMPOSE_FILE, composeConfig, serviceMounts, type ComposeFile, type Mount } from './tools.ts';
@@ -59,7 +62,7 @@ function hostPath(mounts: Mount[], containerPath: string, volumes: Record<string
 /** The version of the Node the tests run (`24.19.0`). */
 const nodeVersion = (): string => spawnSync(join(ROOT, 'scripts/node'), ['--version'], { encoding: 'utf8' }).stdout.trim().slice(1);
 
-test('compose – docker-compose config accepts the file with no variable set: every ${VARIABLE} has a default, so `docker compose up` works with or without deploy/.env', () => {
+test('compose – docker-compose config accepts the file with no variable set: every ${VARIABLE} has a default, so `docker-compose up` works with or without deploy/.env', () => {
   assert.deepEqual(defaults.warnings, [], 'docker-compose config printed warnings');
   assert.deepEqual(Object.keys(compose.services).sort(), ['authz', 'backend', 'envoy', 'redis', 'render']);
   // compose-setup.ts writes exactly the variables the file reads for the containers' user.
@@ -171,12 +174,22 @@ test('compose – environment names are settings the service reads; Envoy reache
   assert.equal(memBytes, Number(a['ENVOY_MEMORY_LIMIT_MB']) * 1_048_576, 'ENVOY_MEMORY_LIMIT_MB is the envoy service\'s mem_limit');
 });
 
-test('compose – every secret and mount resolves to a file compose-setup.ts wrote, 0400 and owned by the container user; the service loads them', () => {
+test('compose – every secret and mount resolves to a file compose-setup.ts wrote, readable only by the containers\' user (0400, its own; as root 0440 root:EDGE_GID, a group no host account has); the service loads them', () => {
   const uid = Number(dotenv['EDGE_UID']);
+  const gid = Number(dotenv['EDGE_GID']);
+  const asRoot = process.getuid?.() === 0;
+  if (asRoot) {
+    assert.equal(uid, IMAGE_UID, 'as root the containers run as the image\'s user');
+    assert.ok(gid >= FIRST_DEDICATED_GID && !hostGids().has(gid), `EDGE_GID ${gid} is a dedicated group: no host group or user has it`);
+  }
   const checkSecretFile = (p: string): void => {
     const st = statSync(p);
-    assert.equal(st.mode & 0o777, 0o400, `${p}: mode ${(st.mode & 0o777).toString(8)}`);
-    assert.equal(st.uid, uid, `${p}: owner`);
+    if (asRoot) {
+      assert.deepEqual([st.mode & 0o777, st.uid, st.gid], [0o440, 0, gid], `${p}: mode ${(st.mode & 0o777).toString(8)}, owner ${st.uid}:${st.gid}`);
+    } else {
+      assert.equal(st.mode & 0o777, 0o400, `${p}: mode ${(st.mode & 0o777).toString(8)}`);
+      assert.equal(st.uid, uid, `${p}: owner`);
+    }
   };
   for (const [name, def] of Object.entries(composed.secrets)) {
     assert.ok(def.file.startsWith(join(out, '.secrets/')), `${name}: secrets live in deploy/.secrets (${def.file})`);
@@ -190,7 +203,8 @@ test('compose – every secret and mount resolves to a file compose-setup.ts wro
       const sealDir = svc === 'authz' ? dirname(composed.services['authz']?.environment?.['AUTHZ_SEAL_FILE'] ?? '') : undefined;
       if (m.kind === 'bind' && m.target === sealDir) {
         const st = statSync(m.source);
-        assert.deepEqual([st.isDirectory(), st.mode & 0o777, st.uid], [true, 0o700, Number(dotenv['EDGE_UID'])], `${svc}: ${m.source} is the containers' user's own directory`);
+        if (asRoot) assert.deepEqual([st.isDirectory(), st.mode & 0o777, st.uid, st.gid], [true, 0o770, 0, gid], `${svc}: ${m.source} is root's, writable by the containers' group`);
+        else assert.deepEqual([st.isDirectory(), st.mode & 0o777, st.uid], [true, 0o700, uid], `${svc}: ${m.source} is the containers' user's own directory`);
         assert.ok(!m.readOnly, `${svc}: the seal directory is writable`);
       } else if (m.kind === 'bind') assert.ok(m.readOnly, `${svc}: bind mounts are read-only`);
     }
@@ -248,24 +262,82 @@ test('compose – the Envoy config the render one-shot writes is valid with the 
   assert.match(files[bootstrap]!, /rate_limit: global\n/);
 });
 
-test('compose-setup – an --out the containers\' user cannot reach fails with one line naming the directory and the user, and writes nothing', () => {
+test('compose-setup as root – nothing it writes is readable by a host account: every file root\'s, only what a container mounts group-readable by the dedicated EDGE_GID; the signing key and the CA keys 0400 root; a rotation keeps it so', () => {
+  // The choice of the group, whoever runs the test.
+  assert.equal(dedicatedGid(new Set([1, 1000, 10001, 10002])), 10003, 'the first gid from 10001 no host group or user has');
+  assert.deepEqual(hostGids('root:x:0:\ncloudsdk:x:1000:\n# comment\n', 'u:x:1000:4242:x:/home/u:/bin/sh\n'), new Set([0, 1000, 4242]));
+  assert.deepEqual(ownership(4242, 4343), { uid: 4242, gid: 4343, group: false }, 'a user: the containers run as that user');
+  assert.deepEqual(ownership(0, 0, () => 10007), { uid: IMAGE_UID, gid: 10007, group: true });
+  if (process.getuid?.() !== 0) return; // the rest is what a run as root writes (CI runs as root)
+  const gid = Number(dotenv['EDGE_GID']);
+  const mounted = new Set(Object.values(composed.secrets).map((d) => d.file));
+  const clientDir = join(out, COMPOSE_FILES.clientCertDir);
+  const check = (): void => {
+    const walk = (dir: string): void => {
+      for (const f of readdirSync(dir)) {
+        const p = join(dir, f);
+        const st = lstatSync(p);
+        if (st.isSymbolicLink()) continue;
+        const shared = mounted.has(p) || p === clientDir || p.startsWith(`${clientDir}/`);
+        assert.equal(st.uid, 0, `${p}: owned by root`);
+        assert.equal(st.mode & 0o007, 0, `${p}: nothing for others (mode ${(st.mode & 0o777).toString(8)})`);
+        if (st.isDirectory()) {
+          assert.deepEqual([st.mode & 0o777, st.gid], shared ? [0o750, gid] : [0o700, 0], p);
+          walk(p);
+        } else {
+          assert.deepEqual([st.mode & 0o777, st.gid], shared ? [0o440, gid] : [f.endsWith('.srl') ? 0o600 : 0o400, 0], p);
+        }
+      }
+    };
+    walk(join(out, '.secrets'));
+  };
+  check();
+  for (const f of [COMPOSE_FILES.feedPrivateKey, 'pki/client-ca.key', 'pki/backend-ca.key']) {
+    assert.deepEqual([statSync(join(out, f.startsWith('pki/') ? `.secrets/${f}` : f)).mode & 0o777, statSync(join(out, f.startsWith('pki/') ? `.secrets/${f}` : f)).gid], [0o400, 0], `${f}: root's alone`);
+  }
+  // Who can open the files themselves: each is hard-linked into an open directory (the same inode,
+  // as a container sees it through its bind mount, without the 0700 directories on the way).
+  const probe = tempDir('edge-compose-probe-');
+  try {
+    chmodSync(probe, 0o755);
+    const as = (uid: number, g: number, f: string): number | null => {
+      const link = join(probe, f.replaceAll('/', '_'));
+      rmSync(link, { force: true });
+      linkSync(join(out, f), link);
+      return spawnSync('setpriv', [`--reuid=${uid}`, `--regid=${g}`, '--clear-groups', 'cat', link], { encoding: 'utf8' }).status;
+    };
+    // uid 1000 with its own group (a host account, as the first user is): reads nothing.
+    assert.notEqual(as(1000, 1000, COMPOSE_FILES.ingestHmac), 0, 'uid 1000 outside the group cannot read the HMAC key');
+    assert.notEqual(as(1000, 1000, COMPOSE_FILES.backendKey), 0, 'nor the backend key');
+    // The containers' user and group read their secrets, and not the signing key.
+    assert.equal(as(IMAGE_UID, gid, COMPOSE_FILES.ingestHmac), 0, 'the containers\' user reads its secret through the group');
+    assert.equal(as(IMAGE_UID, gid, COMPOSE_FILES.backendKey), 0);
+    assert.notEqual(as(IMAGE_UID, gid, COMPOSE_FILES.feedPrivateKey), 0, 'but not the signing key');
+  } finally {
+    rmSync(probe, { recursive: true, force: true });
+  }
+  // A rotation publishes the new certificate group-readable before the ..data swap, and keeps the rest as it was.
+  execFileSync(join(ROOT, 'scripts/node'), [join(ROOT, 'deploy/compose-setup.ts'), '--out', out, '--rotate-client-cert'], { stdio: 'pipe' });
+  check();
+  const key = realpathSync(join(clientDir, 'tls.key'));
+  assert.deepEqual([statSync(key).mode & 0o777, statSync(key).gid, statSync(dirname(key)).mode & 0o777, statSync(dirname(key)).gid], [0o440, gid, 0o750, gid], 'the rotated key is readable by the containers');
+});
+
+test('compose-setup as root – an --out only root can enter works (the engine makes the bind mounts; no container walks the host path); --gid of a host group is refused in one line, writing nothing', () => {
+  if (process.getuid?.() !== 0) return;
   const parent = tempDir('edge-compose-private-');
   try {
     chmodSync(parent, 0o700);
-    const target = join(parent, 'deploy-out');
-    // The check itself, for a user other than the directory's owner (whoever runs the test).
-    const other = { uid: (process.getuid?.() ?? 0) + 4242, gid: (process.getgid?.() ?? 0) + 4242 };
-    assert.equal(unsearchableDir(target, other), parent);
-    chmodSync(parent, 0o701);
-    assert.equal(unsearchableDir(target, other), undefined);
-    chmodSync(parent, 0o700);
-    if (process.getuid?.() !== 0) return; // as another user the script does not change users
-    // As root (as in CI): the script would continue as uid 1000, which cannot enter `parent`.
-    const run = spawnSync(join(ROOT, 'scripts/node'), [join(ROOT, 'deploy/compose-setup.ts'), '--out', target], { encoding: 'utf8' });
-    assert.equal(run.status, 1, run.stderr);
-    assert.match(run.stderr, new RegExp(`^compose-setup: ${parent} is not searchable by 1000:1000, the user the containers run as`));
-    assert.equal(run.stderr.trim().split('\n').length, 1, `one line, no stack trace: ${run.stderr}`);
-    assert.equal(statSync(target, { throwIfNoEntry: false }), undefined, 'nothing written');
+    const taken = spawnSync(join(ROOT, 'scripts/node'), [join(ROOT, 'deploy/compose-setup.ts'), '--out', join(parent, 'taken'), '--gid', '0'], { encoding: 'utf8' });
+    assert.equal(taken.status, 1, taken.stderr);
+    assert.equal(taken.stderr, 'compose-setup: --gid 0: a positive number\n');
+    const host = spawnSync(join(ROOT, 'scripts/node'), [join(ROOT, 'deploy/compose-setup.ts'), '--out', join(parent, 'taken'), '--gid', String([...hostGids()].find((g) => g > 0) ?? 1)], { encoding: 'utf8' });
+    assert.equal(host.status, 1, host.stderr);
+    assert.match(host.stderr, /^compose-setup: --gid \d+ is a host group's or user's: the containers' group must be one no host account has\n$/);
+    assert.equal(statSync(join(parent, 'taken'), { throwIfNoEntry: false }), undefined, 'nothing written');
+    const ok = spawnSync(join(ROOT, 'scripts/node'), [join(ROOT, 'deploy/compose-setup.ts'), '--out', join(parent, 'deploy-out')], { encoding: 'utf8' });
+    assert.equal(ok.status, 0, ok.stderr);
+    assert.match(ok.stdout, /secrets owned by root, read by the containers \(uid 1000\) through the dedicated group \d+\)\n$/);
   } finally {
     rmSync(parent, { recursive: true, force: true });
   }

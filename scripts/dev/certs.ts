@@ -64,13 +64,14 @@ export function issue(dir: string, caName: string, name: string, cn: string, san
  * Publishes a client certificate into the k8s-style directory atomically:
  * write ..<stamp>/tls.{crt,key}, point ..data_tmp at it, rename over ..data.
  */
-export function publishClientCert(clientDir: string, certPem: Buffer | string, keyPem: Buffer | string): void {
+export function publishClientCert(clientDir: string, certPem: Buffer | string, keyPem: Buffer | string, prepare?: (dir: string) => void): void {
   mkdirSync(clientDir, { recursive: true });
   const stamp = `..${Date.now()}_${Math.random().toString(36).slice(2, 8)}`;
   const target = join(clientDir, stamp);
   mkdirSync(target, { mode: 0o700 });
   writeFileSync(join(target, 'tls.crt'), certPem, { mode: 0o600 });
   writeFileSync(join(target, 'tls.key'), keyPem, { mode: 0o600 });
+  prepare?.(target); // owner and mode final before the swap publishes it
   const tmp = join(clientDir, '..data_tmp');
   rmSync(tmp, { force: true });
   symlinkSync(stamp, tmp);
