@@ -16,7 +16,7 @@ import { fileURLToPath } from 'node:url';
 import { loadConfig } from '../../authz/src/common/config.ts';
 import { withServiceRuntime } from '../../authz/src/common/runtime-env.ts';
 import { envoyBinary } from '../../envoy/envoy-bin.ts';
-import { renderEnvoy } from '../../envoy/render.ts';
+import { renderEnvoy, type RenderOptions } from '../../envoy/render.ts';
 import { freePort, PrivateRedis } from '../../authz/test/redis-server.ts';
 import { generateDevPki, type DevPki } from '../../scripts/dev/certs.ts';
 import { createOrderBackend, type OrderBackend } from '../../scripts/dev/order-backend.ts';
@@ -44,6 +44,8 @@ export interface StackOptions {
    * = its gRPC port, with a RATELIMIT_SERVICE_TOKEN_FILE both read); local driver only.
    */
   readonly rateLimitServiceSelf?: boolean;
+  /** Renderer options beyond the SDS path (benchmarks: bench:capacity raises the descriptor cap). */
+  readonly render?: Omit<RenderOptions, 'sdsPath'>;
 }
 
 export interface Stack {
@@ -177,7 +179,7 @@ export async function startStack(opts: StackOptions = {}): Promise<Stack> {
 
   const config = loadConfig(env);
   const sdsPath = join(dir, 'sds.yaml');
-  const rendered = renderEnvoy(config, { sdsPath });
+  const rendered = renderEnvoy(config, { ...opts.render, sdsPath });
   writeFileSync(join(dir, 'envoy.yaml'), rendered.bootstrap);
   if (rendered.sds !== undefined) writeFileSync(sdsPath, rendered.sds);
   const envoy = spawn(envoyBinary(), ['-c', join(dir, 'envoy.yaml'), '--disable-hot-restart', '--concurrency', '2', '-l', 'warning'], { stdio: ['ignore', 'pipe', 'pipe'] });
