@@ -214,7 +214,7 @@ async function measureEnvoy(v4Max: number, v6Max: number): Promise<{ samples: En
 
 /** startStack, tried up to four times: on a loaded machine the TS service may miss the stack's start-up deadline. */
 async function startStackRetrying(render: Omit<RenderOptions, 'sdsPath'>): Promise<Stack> {
-  const opts = { env: { XFF_NUM_TRUSTED_HOPS: '1', LOG_LEVEL: 'warn', LOG_DECISIONS: 'off' }, render };
+  const opts = { env: { XFF_NUM_TRUSTED_HOPS: '1', LOG_LEVEL: 'warn', LOG_DECISIONS: 'off' }, render, startTimeoutMs: 60_000 };
   for (let attempt = 1; ; attempt++) {
     try {
       return await startStack(opts);
