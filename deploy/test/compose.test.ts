@@ -22,6 +22,7 @@ import { loadCredentials } from '../../authz/src/common/credentials.ts';
 import { readTokenFile } from '../../authz/src/common/token.ts';
 import { envoyBinary } from '../../envoy/envoy-bin.ts';
 import { main as renderCli } from '../../envoy/render-cli.ts';
+import { budgetOfBootstrap, ENVOY_POD_CPUS, envoyBudget, renderEnvoy } from '../../envoy/render.ts';
 import { COMPOSE_FILES, unsearchableDir } from '../compose-setup.ts';
 import { ROOT } from '../paths.ts';
 import { backendSettings, settingsRead, validateEnvoyThroughMounts } from './support.ts';
@@ -169,6 +170,16 @@ test('compose – environment names are settings the service reads; Envoy reache
   const mem = /^(\d+)([kmg]?)b?$/i.exec(String(compose.services['envoy']?.mem_limit ?? ''));
   const memBytes = mem === null ? NaN : Number(mem[1]) * 1024 ** ' kmg'.indexOf((mem[2] || ' ').toLowerCase());
   assert.equal(memBytes, Number(a['ENVOY_MEMORY_LIMIT_MB']) * 1_048_576, 'ENVOY_MEMORY_LIMIT_MB is the envoy service\'s mem_limit');
+  // And the limit holds Envoy's budget (envoy/render/budget.ts, docs/capacity.md): every descriptor
+  // LRU full and every connection open under the first memory action, counted on the config the
+  // render service writes from these settings (one Envoy CPU, as in the pod).
+  const config = loadConfig(a);
+  const bootstrap = YAML.parse(renderEnvoy(config, { sdsPath: '/etc/envoy/sds.yaml' }).bootstrap) as never;
+  const budget = envoyBudget({
+    ...budgetOfBootstrap(bootstrap), memoryLimitMb: memBytes / 1_048_576, envoyCpus: ENVOY_POD_CPUS,
+    refillSecs: Math.max(config.rateBurst / config.rpsPerIp, config.prefixBurst / config.rpsPerPrefix),
+  });
+  assert.deepEqual(budget.problems, [], 'Envoy\'s budget adds up in the envoy service\'s mem_limit');
 });
 
 test('compose – every secret and mount resolves to a file compose-setup.ts wrote, 0400 and owned by the container user; the service loads them', () => {
