@@ -20,7 +20,7 @@
 import { Redis } from 'ioredis';
 import { randomBytes } from 'node:crypto';
 import { readFileSync } from 'node:fs';
-import { availableParallelism, cpus } from 'node:os';
+import { availableParallelism, cpus, loadavg } from 'node:os';
 import { fileURLToPath } from 'node:url';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { RedisNonceStore } from '../authz/src/common/adapters/nonce-store.ts';
@@ -134,7 +134,7 @@ async function measureRedis(ns: readonly number[]): Promise<{ rows: RedisRow[]; 
 }
 
 interface EnvoySample { readonly label: string; readonly clients: number; readonly allocated: number; readonly heap: number; readonly rss: number }
-interface LoadCost { readonly requests: number; readonly seconds: number; readonly cpuUs: Record<string, number>; readonly redisCallsPerRequest: number; readonly redisCommands: Record<string, number>; readonly statuses: StatusCounts; readonly machineBusy: number; readonly envoyUsNewClient: number }
+interface LoadCost { readonly requests: number; readonly seconds: number; readonly cpuUs: Record<string, number>; readonly redisCallsPerRequest: number; readonly redisCommands: Record<string, number>; readonly statuses: StatusCounts; readonly machineBusy: number; readonly envoyUsNewClient: number; readonly loadAverage: number }
 
 function rssBytes(pid: number): number {
   const m = /VmRSS:\s+(\d+) kB/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'));
@@ -178,6 +178,7 @@ async function measureEnvoy(v4Max: number, v6Max: number): Promise<{ samples: En
     const window = startCpuWindow([pid, authzPid, redisPid]);
     add(await load(v4, 0, costClients));
     const cpu = window();
+    const loadAverage = loadavg()[0] ?? 0;
     const cmd1 = await commandCalls(redis);
     await sample(LABEL.v4Checked, costClients);
     // Part 2, the TS service stopped: the Check fails at once (503, ext_authz_error) after the
@@ -206,7 +207,7 @@ async function measureEnvoy(v4Max: number, v6Max: number): Promise<{ samples: En
     const cpuUs: Record<string, number> = {};
     for (const [name, p] of Object.entries(pids)) cpuUs[name] = ((cpu.cpuSeconds.get(p) ?? 0) / requests) * 1e6;
     redis.disconnect();
-    return { samples, cost: { requests, seconds: cpu.wallSeconds, cpuUs, redisCallsPerRequest: calls / requests, redisCommands, statuses, machineBusy: cpu.machineBusy, envoyUsNewClient }, concurrency: 2 };
+    return { samples, cost: { requests, seconds: cpu.wallSeconds, cpuUs, redisCallsPerRequest: calls / requests, redisCommands, statuses, machineBusy: cpu.machineBusy, envoyUsNewClient, loadAverage }, concurrency: 2 };
   } finally {
     await stack.stop();
   }
@@ -302,7 +303,7 @@ function report(redis: { rows: RedisRow[]; version: string }, envoy: { samples: 
   lines.push('');
   const c = envoy.cost;
   const statuses = Object.entries(c.statuses).map(([k, v]) => `${k}: ${fmt(v)}`).join(', ');
-  lines.push(`Part 1 above (the TS service up): ${fmt(c.requests)} requests of distinct clients in ${fmt(c.seconds, 1)} s (${fmt(c.requests / c.seconds)} req/s; machine busy ${fmt(c.machineBusy * 100)} %, other agents' work included). Answers over the whole run: ${statuses} (503: part 2, the TS service stopped). CPU from \`/proc/<pid>/stat\` over part 1, divided by its requests; Redis commands from \`INFO commandstats\` deltas over part 1.`);
+  lines.push(`Part 1 above (the TS service up): ${fmt(c.requests)} requests of distinct clients in ${fmt(c.seconds, 1)} s (${fmt(c.requests / c.seconds)} req/s; machine busy ${fmt(c.machineBusy * 100)} %, load average ${fmt(c.loadAverage, 1)} on ${availableParallelism()} vCPUs, other agents' work included). **On a machine that loaded the CPU per request is inflated several times over** (docs/benchmarks.md measured the same processes at 84–137 µs of Envoy per request on a quiet machine): these rows show the proportions between the processes, not their cost; docs/capacity.md sizes the fleet from docs/benchmarks.md's figures. Answers over the whole run: ${statuses} (503: part 2, the TS service stopped). CPU from \`/proc/<pid>/stat\` over part 1, divided by its requests; Redis commands from \`INFO commandstats\` deltas over part 1.`);
   lines.push('');
   lines.push('| process | CPU µs per request |');
   lines.push('| --- | ---: |');
