@@ -24,7 +24,7 @@ import { readFileSync, writeFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import YAML from 'yaml';
 import { loadConfig } from '../../authz/src/common/config.ts';
-import { renderEnvoy } from '../../envoy/render.ts';
+import { renderEnvoy, requiredEnvoyMemoryLimitMb } from '../../envoy/render.ts';
 
 /** Where the Deployment mounts things (base/deployment.yaml). */
 export const MOUNTS = {
@@ -76,9 +76,11 @@ export const K8S_ENV: Readonly<Record<string, string>> = {
   // (docs/deploy.md "Ingest port"). Every address of the pod: the feed pipeline is another pod.
   INGEST_PORT: '8082',
   INGEST_BIND_ADDRESS: '0.0.0.0',
-  // The envoy container's memory limit (base/deployment.yaml, 256Mi; a test checks they agree):
-  // Envoy's overload manager sheds load near it instead of being OOM-killed.
-  ENVOY_MEMORY_LIMIT_MB: '256',
+  // The envoy container's memory limit (base/deployment.yaml, 448Mi; a test checks they agree),
+  // derived from Envoy's budget (envoy/render/budget.ts: every descriptor LRU full and every
+  // connection open stay under the first memory action; docs/capacity.md): Envoy's overload
+  // manager sheds load near it instead of being OOM-killed.
+  ENVOY_MEMORY_LIMIT_MB: String(requiredEnvoyMemoryLimitMb()),
   AUTHZ_GRPC_PORT: '9191',
   MARKET_PORT: '8081',
   AUTHZ_ADMIN_PORT: '9464',

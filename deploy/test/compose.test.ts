@@ -26,6 +26,7 @@ import { readTokenFile } from '../../authz/src/common/token.ts';
 import { envoyBinary } from '../../envoy/envoy-bin.ts';
 import { main as renderCli } from '../../envoy/render-cli.ts';
 import { COMPOSE_FILES, dedicatedGid, FIRST_DEDICATED_GID, hostGids, IMAGE_UID, ownership } from '../compose-setup.ts';
+import { budgetOfBootstrap, ENVOY_POD_CPUS, envoyBudget, renderEnvoy } from '../../envoy/render.ts';
 import { ROOT } from '../paths.ts';
 import { backendSettings, settingsRead, validateEnvoyThroughMounts } from './support.ts';
 import { COMPOSE_FILE, composeConfig, serviceMounts, type ComposeFile, type Mount } from './tools.ts';
@@ -172,6 +173,16 @@ test('compose – environment names are settings the service reads; Envoy reache
   const mem = /^(\d+)([kmg]?)b?$/i.exec(String(compose.services['envoy']?.mem_limit ?? ''));
   const memBytes = mem === null ? NaN : Number(mem[1]) * 1024 ** ' kmg'.indexOf((mem[2] || ' ').toLowerCase());
   assert.equal(memBytes, Number(a['ENVOY_MEMORY_LIMIT_MB']) * 1_048_576, 'ENVOY_MEMORY_LIMIT_MB is the envoy service\'s mem_limit');
+  // And the limit holds Envoy's budget (envoy/render/budget.ts, docs/capacity.md): every descriptor
+  // LRU full and every connection open under the first memory action, counted on the config the
+  // render service writes from these settings (one Envoy CPU, as in the pod).
+  const config = loadConfig(a);
+  const bootstrap = YAML.parse(renderEnvoy(config, { sdsPath: '/etc/envoy/sds.yaml' }).bootstrap) as never;
+  const budget = envoyBudget({
+    ...budgetOfBootstrap(bootstrap), memoryLimitMb: memBytes / 1_048_576, envoyCpus: ENVOY_POD_CPUS,
+    refillSecs: Math.max(config.rateBurst / config.rpsPerIp, config.prefixBurst / config.rpsPerPrefix),
+  });
+  assert.deepEqual(budget.problems, [], 'Envoy\'s budget adds up in the envoy service\'s mem_limit');
 });
 
 test('compose – every secret and mount resolves to a file compose-setup.ts wrote, readable only by the containers\' user (0400, its own; as root 0440 root:EDGE_GID, a group no host account has); the service loads them', () => {

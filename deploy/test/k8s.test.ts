@@ -23,7 +23,7 @@ import YAML from 'yaml';
 import { sentinelOptions } from '../../authz/src/common/adapters/redis.ts';
 import { loadConfig } from '../../authz/src/common/config.ts';
 import { envoyBinary } from '../../envoy/envoy-bin.ts';
-import { renderEnvoy } from '../../envoy/render.ts';
+import { budgetOfBootstrap, ENVOY_POD_CPUS, envoyBudget, renderEnvoy, requiredEnvoyMemoryLimitMb } from '../../envoy/render.ts';
 import { freePort } from '../../authz/test/redis-server.ts';
 import { generateDevPki } from '../../scripts/dev/certs.ts';
 import { ROOT } from '../paths.ts';
@@ -157,6 +157,27 @@ test('kubernetes – production overlay: namespace, registry image, its own sett
 });
 
 for (const name of Object.keys(KUSTOMIZATIONS)) {
+  test(`kubernetes (${name}) – Envoy's memory budget adds up in the rendered pod: every descriptor LRU full and every connection open stay under the first memory action, within the container's limit`, () => {
+    const rs = build(name);
+    const config = loadConfig(settingsOf(rs));
+    const envoy = container(rs, 'envoy');
+    const limits = envoy.resources?.limits ?? {};
+    const memMi = /^(\d+)Mi$/.exec(limits['memory'] ?? '');
+    assert.ok(memMi !== null, `envoy limits.memory in Mi: ${limits['memory']}`);
+    const cpus = Number(limits['cpu']);
+    assert.equal(cpus, ENVOY_POD_CPUS, 'the envoy container\'s limits.cpu is the budget\'s ENVOY_POD_CPUS');
+    const bootstrap = YAML.parse((find(rs, 'ConfigMap', 'edge-envoy')['data'] as Record<string, string>)['envoy.yaml']!) as never;
+    const budget = envoyBudget({
+      ...budgetOfBootstrap(bootstrap),
+      memoryLimitMb: Number(memMi[1]),
+      envoyCpus: cpus,
+      refillSecs: Math.max(config.rateBurst / config.rpsPerIp, config.prefixBurst / config.rpsPerPrefix),
+    });
+    assert.deepEqual(budget.problems, [], `${name}: Envoy's budget (envoy/render/budget.ts, docs/capacity.md)`);
+    assert.ok(budget.descriptorsBytes > 0 && budget.connectionsBytes > 0, 'the caps were found in the rendered config');
+    assert.equal(Number(memMi[1]), requiredEnvoyMemoryLimitMb(), 'the container limit is the one the budget derives');
+  });
+
   test(`kubernetes (${name}) – every environment name is a setting the service reads; the settings load; ports and probes match them`, () => {
     const rs = build(name);
     const read = settingsRead();

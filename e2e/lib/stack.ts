@@ -16,7 +16,7 @@ import { fileURLToPath } from 'node:url';
 import { loadConfig } from '../../authz/src/common/config.ts';
 import { withServiceRuntime } from '../../authz/src/common/runtime-env.ts';
 import { envoyBinary } from '../../envoy/envoy-bin.ts';
-import { renderEnvoy } from '../../envoy/render.ts';
+import { renderEnvoy, type RenderOptions } from '../../envoy/render.ts';
 import { freePort, PrivateRedis } from '../../authz/test/redis-server.ts';
 import { generateDevPki, type DevPki } from '../../scripts/dev/certs.ts';
 import { createOrderBackend, type OrderBackend } from '../../scripts/dev/order-backend.ts';
@@ -44,6 +44,10 @@ export interface StackOptions {
    * = its gRPC port, with a RATELIMIT_SERVICE_TOKEN_FILE both read); local driver only.
    */
   readonly rateLimitServiceSelf?: boolean;
+  /** Renderer options beyond the SDS path (benchmarks: bench:capacity raises the descriptor cap). */
+  readonly render?: Omit<RenderOptions, 'sdsPath'>;
+  /** How long the TS service may take to answer after its start (default 15 s; benchmarks on a loaded machine wait longer). */
+  readonly startTimeoutMs?: number;
 }
 
 export interface Stack {
@@ -160,7 +164,7 @@ export async function startStack(opts: StackOptions = {}): Promise<Stack> {
   const startAuthz = async (): Promise<void> => {
     authz = spawn(NODE, [opts.serviceEntry ?? join(ROOT, 'authz/src/main.ts')], { env: withServiceRuntime({ ...process.env, ...env, ...secrets }), stdio: ['ignore', 'pipe', 'pipe'] });
     pipe('authz', authz);
-    await waitFor(async () => (await fetch(`http://127.0.0.1:${marketPort}/`)).status === 200, 15_000, 'authz/market service');
+    await waitFor(async () => (await fetch(`http://127.0.0.1:${marketPort}/`)).status === 200, opts.startTimeoutMs ?? 15_000, 'authz/market service');
   };
   // A stack that fails to come up stops what it started (else its processes keep the test alive).
   const abandon = async (err: unknown): Promise<never> => {
@@ -177,7 +181,7 @@ export async function startStack(opts: StackOptions = {}): Promise<Stack> {
 
   const config = loadConfig(env);
   const sdsPath = join(dir, 'sds.yaml');
-  const rendered = renderEnvoy(config, { sdsPath });
+  const rendered = renderEnvoy(config, { ...opts.render, sdsPath });
   writeFileSync(join(dir, 'envoy.yaml'), rendered.bootstrap);
   if (rendered.sds !== undefined) writeFileSync(sdsPath, rendered.sds);
   const envoy = spawn(envoyBinary(), ['-c', join(dir, 'envoy.yaml'), '--disable-hot-restart', '--concurrency', '2', '-l', 'warning'], { stdio: ['ignore', 'pipe', 'pipe'] });

@@ -2,39 +2,19 @@
  * The bootstrap: node, admin, overload manager, and the static listeners and clusters.
  */
 import { ENVOY_NON_HEAP_MB, type Config } from '../../authz/src/common/config.ts';
+import { MAX_DOWNSTREAM_CONNECTIONS, MEMORY_ACTIONS } from './budget.ts';
 import { clusters, rateLimitTokenSecrets } from './clusters.ts';
 import { socketAddress, typedExtension, type JsonObject, type RenderOptions } from './common.ts';
 import { ingestListener, listener } from './listener.ts';
 import { TYPE_URL } from './names.ts';
 
-/**
- * The overload manager's cap on downstream connections (all listeners, this Envoy). Sized to the
- * shipped Envoy container (256 MiB, deploy/k8s): measured on 1.40, an idle HTTP/2 connection holds
- * ~35 KB of Envoy heap, an idle HTTP/1.1 one ~16 KB, one that has sent nothing ~12 KB (for at
- * most FIRST_REQUEST_TIMEOUT_MS); 5,000 of the costliest is ~175 MB, leaving room for Envoy itself
- * and requests in flight. Past it Envoy closes new connections at accept
- * (`listener.edge.downstream_global_cx_overflow`). Behind a balancer (XFF_NUM_TRUSTED_HOPS ≥
- * 1) the edge sees the balancer's few pooled connections, not the clients'.
- */
-export const MAX_DOWNSTREAM_CONNECTIONS = 5_000;
+// The connection cap and the memory actions' thresholds are part of Envoy's memory budget
+// (budget.ts, with the descriptor cap and the container limit: one budget, tested).
+export { MAX_DOWNSTREAM_CONNECTIONS, MEMORY_ACTIONS } from './budget.ts';
 const MIB = 1_048_576;
 
 /** The resource monitor the memory actions read: heap in use against ENVOY_MEMORY_LIMIT_MB minus ENVOY_NON_HEAP_MB. */
 export const FIXED_HEAP_MONITOR = 'envoy.resource_monitors.fixed_heap';
-
-/**
- * Heap pressure (heap in use / max heap) at which each memory action acts:
- * - shrink_heap: from 0.90, tcmalloc returns free pages to the system (after a burst, Envoy's RSS
- *   otherwise stays at its peak: measured 623 MB with 7 MB allocated, docs/reliability.md);
- * - reset_high_memory_stream: from 0.85 (scaled to 0.95), Envoy resets the streams that hold the
- *   most buffered bytes, largest first (buffer accounting: BUFFER_ACCOUNT_MIN_POWER_OF_TWO);
- * - stop_accepting_requests: from 0.95, new requests are answered 503 (service_unavailable).
- */
-export const MEMORY_ACTIONS = {
-  shrinkHeap: 0.9,
-  resetStreams: { scaling: 0.85, saturation: 0.95 },
-  stopAccepting: 0.95,
-} as const;
 
 /**
  * Streams are accounted for the bytes they buffer from 2^16 = 64 KiB up (Envoy's eight buckets:

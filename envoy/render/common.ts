@@ -53,6 +53,11 @@ export interface RenderOptions {
   readonly upstreamIdleTimeoutSecs?: number;
   /** Overload-manager cap on downstream connections; default MAX_DOWNSTREAM_CONNECTIONS (bootstrap.ts). */
   readonly maxDownstreamConnections?: number;
+  /**
+   * max_dynamic_descriptors of the local rate limit; default LOCAL_RATE_LIMIT_DESCRIPTOR_CAP
+   * (budget.ts). Benchmarks only (bench:capacity measures bytes per descriptor past the cap).
+   */
+  readonly maxDynamicDescriptors?: number;
 }
 
 export interface RenderedEnvoy {

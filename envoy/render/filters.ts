@@ -24,7 +24,7 @@ export function httpFilters(config: Config, opts: RenderOptions): TypedExtension
     headerMutationFilter(config),
     // The rate limit before the XFF guard: a refused X-Forwarded-For costs its sender (the TCP
     // peer) a token like any request (client-address.ts xffGuardFilter).
-    rateLimitFilter(config),
+    rateLimitFilter(config, opts),
     ...(config.xffNumTrustedHops > 0 ? [xffGuardFilter()] : []),
     // Before anything that buffers a body: geo, the global bucket and the ingest's headers are decided first.
     headerPhaseFilter(config, opts),

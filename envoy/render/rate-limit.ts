@@ -4,7 +4,8 @@
  */
 import type { Config } from '../../authz/src/common/config.ts';
 import { RATE_LIMIT } from '../../authz/src/common/contract.ts';
-import { overwriteHeader, typedExtension, type JsonObject, type TypedExtension } from './common.ts';
+import { LOCAL_RATE_LIMIT_DESCRIPTOR_CAP } from './budget.ts';
+import { overwriteHeader, typedExtension, type JsonObject, type RenderOptions, type TypedExtension } from './common.ts';
 import { CLIENT_IP_HEADER, FILTER, TYPE_URL } from './names.ts';
 
 const PERCENT_100 = { numerator: 100, denominator: 'HUNDRED' } as const;
@@ -82,7 +83,7 @@ export const LOCAL_RETRY_AFTER: [string, string] = ['retry-after', '1'];
  * `max_dynamic_descriptors` of them. With RATE_LIMIT_SCOPE=global it stays the first stage:
  * a burst on one replica is refused here without a round trip to the rate limit service.
  */
-export function rateLimitFilter(config: Config): TypedExtension {
+export function rateLimitFilter(config: Config, opts: Pick<RenderOptions, 'maxDynamicDescriptors'> = {}): TypedExtension {
   const bucket = { max_tokens: config.rateBurst, tokens_per_fill: config.rpsPerIp, fill_interval: '1s' };
   const global = config.rateLimitScope === 'global';
   return typedExtension(FILTER.rateLimit, TYPE_URL.localRateLimit, {
@@ -91,8 +92,9 @@ export function rateLimitFilter(config: Config): TypedExtension {
     filter_enforced: { default_value: PERCENT_100, runtime_key: 'edge.rate_limit.enforced' },
     // Only the per-address bucket is charged (no shared default bucket).
     always_consume_default_token_bucket: false,
-    // Room for 100,000 concurrently active clients with 2× headroom before LRU eviction.
-    max_dynamic_descriptors: 200_000,
+    // Per LRU (one per wildcard descriptor): every client one Envoy core meets within a bucket's
+    // refill time, so eviction never drops a bucket that is not full again (budget.ts).
+    max_dynamic_descriptors: opts.maxDynamicDescriptors ?? LOCAL_RATE_LIMIT_DESCRIPTOR_CAP,
     // Global scope: the global stage writes the headers of the real (global) budget; this stage
     // writes its own only on its 429s (a forwarded request would carry both sets otherwise).
     // Unset is OFF; never write `OFF`: Envoy's YAML reads that bare word as the boolean false.
