@@ -16,7 +16,7 @@ import { fileURLToPath } from 'node:url';
 import { loadConfig } from '../../authz/src/common/config.ts';
 import { withServiceRuntime } from '../../authz/src/common/runtime-env.ts';
 import { envoyBinary } from '../../envoy/envoy-bin.ts';
-import { renderEnvoy } from '../../envoy/render.ts';
+import { renderEnvoy, serverSdsPath } from '../../envoy/render.ts';
 import { freePort, PrivateRedis } from '../../authz/test/redis-server.ts';
 import { generateDevPki, type DevPki } from '../../scripts/dev/certs.ts';
 import { createOrderBackend, type OrderBackend } from '../../scripts/dev/order-backend.ts';
@@ -180,13 +180,20 @@ export async function startStack(opts: StackOptions = {}): Promise<Stack> {
   const rendered = renderEnvoy(config, { sdsPath });
   writeFileSync(join(dir, 'envoy.yaml'), rendered.bootstrap);
   if (rendered.sds !== undefined) writeFileSync(sdsPath, rendered.sds);
+  if (rendered.serverSds !== undefined) writeFileSync(serverSdsPath({ sdsPath }), rendered.serverSds);
   const envoy = spawn(envoyBinary(), ['-c', join(dir, 'envoy.yaml'), '--disable-hot-restart', '--concurrency', '2', '-l', 'warning'], { stdio: ['ignore', 'pipe', 'pipe'] });
   started.envoy = envoy;
   pipe('envoy', envoy);
-  const edgeUrl = `http://127.0.0.1:${edgePort}`;
+  // With EDGE_TLS_* the public listener speaks TLS only (its certificate names localhost).
+  const edgeUrl = config.edgeTls === undefined ? `http://127.0.0.1:${edgePort}` : `https://localhost:${edgePort}`;
   const ingestUrl = config.ingestPort === undefined ? edgeUrl : `http://127.0.0.1:${config.ingestPort}`;
-  // Through Envoy and authz: 200, or 451 where the loopback peer is not in GEO_TRUSTED_CIDRS.
-  await waitFor(async () => [200, 451].includes((await fetch(`${edgeUrl}/healthz`)).status), 20_000, 'Envoy /healthz answered by authz').catch(abandon);
+  if (config.edgeTls === undefined && config.proxyProtocol === 'off') {
+    // Through Envoy and authz: 200, or 451 where the loopback peer is not in GEO_TRUSTED_CIDRS.
+    await waitFor(async () => [200, 451].includes((await fetch(`${edgeUrl}/healthz`)).status), 20_000, 'Envoy /healthz answered by authz').catch(abandon);
+  } else {
+    // TLS or PROXY protocol: a plain fetch cannot ask; Envoy is LIVE once its SDS secrets loaded (the service is up already).
+    await waitFor(async () => (await (await fetch(`http://127.0.0.1:${envoyAdminPort}/ready`)).text()).trim() === 'LIVE', 20_000, 'Envoy LIVE').catch(abandon);
+  }
 
   const stack: Stack = {
     dir, edgeUrl, ingestUrl, env, pki, redis, hmacKey,
