@@ -157,3 +157,12 @@ export function curl(args: string[]): Promise<{ code: number; out: string; err: 
     });
   });
 }
+
+/** h2load from Debian (nghttp2-client) with the given arguments; resolves its exit status and output. */
+export function h2load(args: string[]): Promise<{ code: number; out: string }> {
+  return new Promise((resolve) => {
+    execFile('h2load', args, { maxBuffer: 16 * 1024 * 1024 }, (error, stdout, stderr) => {
+      resolve({ code: error === null ? 0 : Number((error as { code?: number }).code ?? 1), out: `${stdout}${stderr}` });
+    });
+  });
+}
