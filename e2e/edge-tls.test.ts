@@ -13,7 +13,7 @@ import { freePort } from '../authz/test/redis-server.ts';
 import { removeTempDir } from '../authz/test/temp-dir.ts';
 import { startStack, type Stack } from './lib/stack.ts';
 import { ingest, orderBody, uniqueId } from './lib/client.ts';
-import { curl, edgeTlsPki, h2load, handshake, https1, https2, type EdgeTlsPki } from './lib/edge-tls.ts';
+import { curl, edgeTlsPki, h2load, handshake, https1, https2, type EdgeTlsPki, type Issued } from './lib/edge-tls.ts';
 
 const containers = process.env['E2E_DRIVER'] === 'containers';
 
@@ -94,17 +94,19 @@ describe('TLS on the client listener', { skip: containers ? 'local processes onl
     assert.equal(await stat(), before + 1);
   });
 
-  test('an order over TLS reaches the backend with x-forwarded-proto: https (a client-sent http is overwritten)', async () => {
+  test('an order over TLS reaches the backend with x-forwarded-proto: https (a client-sent http is overwritten), without a client-sent x-edge-client-cert-sha256', async () => {
     const n = stack.backend.deliveries.length;
     const payload = randomBytes(16);
     const r = await https2(stack.edgeUrl, '/v1/orders', {
       ca: pki.caFile, method: 'POST', body: orderBody(market, payload),
-      headers: { 'content-type': 'application/json', 'x-forwarded-proto': 'http' },
+      headers: { 'content-type': 'application/json', 'x-forwarded-proto': 'http', 'x-edge-client-cert-sha256': 'f'.repeat(64) },
     });
     assert.equal(r.status, 200, r.body);
     const d = stack.backend.deliveries[n]!;
     assert.deepEqual(d.body, payload);
     assert.equal(d.headers['x-forwarded-proto'], 'https');
+    // EDGE_TLS_CLIENT_AUTH=off: a client-sent fingerprint header never reaches the backend.
+    assert.equal(d.headers['x-edge-client-cert-sha256'], undefined);
   });
 });
 
@@ -191,5 +193,82 @@ describe('the server certificate rotated on disk under load', { skip: containers
     let now = r;
     while (now.serverSha256 !== a.sha256 && Date.now() < deadline) now = await https1(`${stack.edgeUrl}/healthz`, { ca: pki.caFile });
     assert.equal(now.serverSha256, a.sha256, 'a good pair after the refused one is served within 5 s');
+  });
+});
+
+describe('client certificates (EDGE_TLS_CLIENT_AUTH optional and required)', { skip: containers ? 'local processes only: the containers stack has no TLS variant' : false }, () => {
+  let pki: EdgeTlsPki;
+  const stacks: Partial<Record<'optional' | 'required', Stack>> = {};
+  const markets: Partial<Record<'optional' | 'required', string>> = {};
+  const FORGED = 'f'.repeat(64);
+
+  before(async () => {
+    pki = edgeTlsPki();
+    // One after the other: two at once can miss the stack's start-up deadlines on a loaded machine.
+    for (const mode of ['optional', 'required'] as const) {
+      stacks[mode] = await startStack({
+        env: {
+          EDGE_TLS_CERT_FILE: pki.certFile, EDGE_TLS_KEY_FILE: pki.keyFile, EDGE_TLS_CLIENT_CA_FILE: pki.clientCaFile,
+          EDGE_TLS_CLIENT_AUTH: mode, INGEST_PORT: String(await freePort()),
+        },
+      });
+      markets[mode] = uniqueId(`0xmtls-${mode}`);
+      assert.equal((await ingest(stacks[mode], markets[mode], 1)).status, 200);
+    }
+  });
+  after(async () => {
+    await Promise.all(Object.values(stacks).map((s) => s.stop()));
+    if (pki !== undefined) removeTempDir(pki.dir);
+  });
+
+  /** An order over HTTP/2 with `cert` (or none) and a forged fingerprint header; what the backend received. */
+  async function order(mode: 'optional' | 'required', cert: Issued | undefined): Promise<{ status: number; header: unknown }> {
+    const stack = stacks[mode]!;
+    const n = stack.backend.deliveries.length;
+    const r = await https2(stack.edgeUrl, '/v1/orders', {
+      ca: pki.caFile, ...(cert === undefined ? {} : { cert }), method: 'POST', body: orderBody(markets[mode]!, randomBytes(8)),
+      headers: { 'content-type': 'application/json', 'x-edge-client-cert-sha256': FORGED },
+    });
+    assert.equal(r.status, 200, r.body);
+    assert.equal(stack.backend.deliveries.length, n + 1);
+    return { status: r.status, header: stack.backend.deliveries[n]!.headers['x-edge-client-cert-sha256'] };
+  }
+
+  test('optional, a certificate from the client CA: its SHA-256 reaches the backend in x-edge-client-cert-sha256 (the client-sent copy replaced)', async () => {
+    const cert = pki.client('mm-1', true);
+    assert.deepEqual(await order('optional', cert), { status: 200, header: cert.sha256 });
+  });
+
+  test('optional, a certificate from another CA: served, nothing forwarded (the forged header removed)', async () => {
+    assert.deepEqual(await order('optional', pki.client('stranger-1', false)), { status: 200, header: undefined });
+  });
+
+  test('optional, no certificate: served, nothing forwarded (the forged header removed)', async () => {
+    assert.deepEqual(await order('optional', undefined), { status: 200, header: undefined });
+  });
+
+  test('required, no certificate: the handshake is refused (certificate_required alert), nothing reaches the backend', async () => {
+    const stack = stacks.required!;
+    const n = stack.backend.deliveries.length;
+    await assert.rejects(https2(stack.edgeUrl, '/healthz', { ca: pki.caFile }), (e: NodeJS.ErrnoException) => {
+      assert.match(e.code ?? e.message, /CERTIFICATE_REQUIRED|HANDSHAKE_FAILURE|ECONNRESET/);
+      return true;
+    });
+    await assert.rejects(https1(`${stack.edgeUrl}/healthz`, { ca: pki.caFile, version: 'TLSv1.2' }));
+    assert.equal(stack.backend.deliveries.length, n);
+  });
+
+  test('required, a certificate from another CA: the handshake is refused (unknown_ca alert)', async () => {
+    await assert.rejects(https2(stacks.required!.edgeUrl, '/healthz', { ca: pki.caFile, cert: pki.client('stranger-2', false) }), (e: NodeJS.ErrnoException) => {
+      assert.match(e.code ?? e.message, /UNKNOWN_CA|ECONNRESET/);
+      return true;
+    });
+  });
+
+  test('required, a certificate from the client CA: 200, its SHA-256 at the backend, never the client-sent one', async () => {
+    const cert = pki.client('mm-2', true);
+    assert.deepEqual(await order('required', cert), { status: 200, header: cert.sha256 });
+    const r = await curl(['--cacert', pki.caFile, '--cert', cert.certFile, '--key', cert.keyFile, `${stacks.required!.edgeUrl}/healthz`]);
+    assert.equal(r.out, '200 2', r.err);
   });
 });

@@ -160,7 +160,7 @@ export async function startStack(opts: StackOptions = {}): Promise<Stack> {
   const startAuthz = async (): Promise<void> => {
     authz = spawn(NODE, [opts.serviceEntry ?? join(ROOT, 'authz/src/main.ts')], { env: withServiceRuntime({ ...process.env, ...env, ...secrets }), stdio: ['ignore', 'pipe', 'pipe'] });
     pipe('authz', authz);
-    await waitFor(async () => (await fetch(`http://127.0.0.1:${marketPort}/`)).status === 200, 15_000, 'authz/market service');
+    await waitFor(async () => (await fetch(`http://127.0.0.1:${marketPort}/`)).status === 200, 30_000, 'authz/market service');
   };
   // A stack that fails to come up stops what it started (else its processes keep the test alive).
   const abandon = async (err: unknown): Promise<never> => {

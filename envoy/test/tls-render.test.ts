@@ -104,6 +104,15 @@ test('client certificates: required asks and insists; optional asks and accepts 
     assert.deepEqual(filters(r.bootstrap).slice(0, 2), [FILTER.headerMutation, CLIENT_CERT_FILTER]);
   }
   assert.ok(!filters(rendered(TLS).bootstrap).includes(CLIENT_CERT_FILTER));
+  // The fingerprint reaches authz (the Check's allowed headers) and, header_mutation having removed
+  // any client-sent copy first (EDGE_SET_HEADERS), is only ever the edge's.
+  const r = rendered({ ...TLS, EDGE_TLS_CLIENT_CA_FILE: '/ca/clients.pem', EDGE_TLS_CLIENT_AUTH: 'required' });
+  const chain = at(r.bootstrap, 'static_resources.listeners[0].filter_chains[0].filters[0].typed_config.http_filters') as Obj[];
+  const authz = chain.find((f) => f['name'] === FILTER.extAuthz)!;
+  assert.ok((at(authz, 'typed_config.allowed_headers.patterns') as Obj[]).some((p) => p['exact'] === 'x-edge-client-cert-sha256'));
+  const removed = (at(chain[0], 'typed_config.mutations.request_mutations') as Obj[]).map((m) => m['remove']);
+  assert.ok(removed.includes('x-edge-client-cert-sha256'));
+  assert.match(at(chain[1], 'typed_config.default_source_code.inline_string') as string, /peerCertificateValidated\(\)/);
 });
 
 test('EDGE_PROXY_PROTOCOL=required: the proxy_protocol listener filter first, on the public listener only', () => {
