@@ -251,7 +251,7 @@ describe('client certificates (EDGE_TLS_CLIENT_AUTH optional and required)', { s
     const stack = stacks.required!;
     const n = stack.backend.deliveries.length;
     await assert.rejects(https2(stack.edgeUrl, '/healthz', { ca: pki.caFile }), (e: NodeJS.ErrnoException) => {
-      assert.match(e.code ?? e.message, /CERTIFICATE_REQUIRED|HANDSHAKE_FAILURE|ECONNRESET/);
+      assert.match(e.code ?? e.message, /CERTIFICATE_REQUIRED/);
       return true;
     });
     await assert.rejects(https1(`${stack.edgeUrl}/healthz`, { ca: pki.caFile, version: 'TLSv1.2' }));
@@ -260,7 +260,7 @@ describe('client certificates (EDGE_TLS_CLIENT_AUTH optional and required)', { s
 
   test('required, a certificate from another CA: the handshake is refused (unknown_ca alert)', async () => {
     await assert.rejects(https2(stacks.required!.edgeUrl, '/healthz', { ca: pki.caFile, cert: pki.client('stranger-2', false) }), (e: NodeJS.ErrnoException) => {
-      assert.match(e.code ?? e.message, /UNKNOWN_CA|ECONNRESET/);
+      assert.match(e.code ?? e.message, /UNKNOWN_CA/);
       return true;
     });
   });
