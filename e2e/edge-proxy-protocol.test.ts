@@ -88,12 +88,16 @@ describe('PROXY protocol from HAProxy (send-proxy-v2) in front of the TLS edge',
     if (pki !== undefined) removeTempDir(pki.dir);
   });
 
-  test('a blocked country\'s address in the PROXY header → 451; an allowed one → 200 (this machine\'s own address plays no part)', async () => {
+  test('a blocked country\'s address in the PROXY header → 451 (and /v1/geoblock names it); an allowed one → 200 (this machine\'s own address plays no part)', async () => {
     const blocked = await via(KP_IP, '/healthz');
     assert.equal(blocked.status, 451, blocked.body);
     assert.equal(JSON.parse(blocked.body).error, 'restricted_jurisdiction');
     assert.equal((await via(CH_A, '/healthz')).status, 200);
     assert.ok(await stat('proxy_proto.edge.versions.v2.found') >= 2, 'v2 headers were read');
+    // /v1/geoblock tells the blocked client why, naming the address from the PROXY header.
+    const geo = await via(KP_IP, '/v1/geoblock');
+    assert.equal(geo.status, 200, geo.body);
+    assert.deepEqual(JSON.parse(geo.body), { blocked: true, access: 'blocked', country: 'KP', region: null, ip: KP_IP });
   });
 
   test('the rate limit is keyed on the PROXY address: one address\'s bucket empties (429), another\'s is untouched', async () => {
