@@ -19,6 +19,9 @@
  *   → lua order body (disabled; enabled on the orders route only:         render/order-body.ts
  *     envoy/order-body-lua.ts)
  *   → router                                                              render/filters.ts
+ * With EDGE_TLS_* / EDGE_PROXY_PROTOCOL the public listener also gets TLS (server certificate
+ * from SDS), the client-certificate filter after header_mutation, and the PROXY protocol
+ * listener filter: render/tls.ts.
  * Routes: render/routes.ts; Envoy's own error replies: render/local-replies.ts; access log:
  * render/access-log.ts; clusters: render/clusters.ts; client certificate: render/sds.ts; every
  * shared name and `@type` URL: render/names.ts.
