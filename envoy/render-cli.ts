@@ -4,7 +4,8 @@
  *   scripts/node envoy/render-cli.ts <out-dir> [--sds-path <path>] [--access-log <path>]
  *       [--node-id <id>] [--allowed-headers minimal|all] [--ratelimit-config <file>] [--validate]
  *
- * Output: <out-dir>/envoy.yaml and, when ORDER_BACKEND_URL is set, <out-dir>/sds-client-cert.yaml.
+ * Output: <out-dir>/envoy.yaml and, when ORDER_BACKEND_URL is set, <out-dir>/sds-client-cert.yaml;
+ * with EDGE_TLS_CERT_FILE, <out-dir>/sds-server-cert.yaml (read beside the client one: `--sds-path`'s directory).
  * The bootstrap refers to the SDS file by absolute path: by default where it was written;
  * `--sds-path` names where it will be mounted instead (Kubernetes ConfigMap, container image).
  * Files are replaced atomically (write + rename), so a running Envoy never reads half a file.
@@ -20,7 +21,7 @@ import { dirname, join, resolve } from 'node:path';
 import { parseArgs } from 'node:util';
 import { ConfigError, loadConfig } from '../authz/src/common/config.ts';
 import { validateBootstrap } from './envoy-bin.ts';
-import { rateLimitServiceConfig, renderEnvoy, type AllowedHeaders } from './render.ts';
+import { rateLimitServiceConfig, renderEnvoy, SERVER_SDS_FILE, type AllowedHeaders } from './render.ts';
 
 export const BOOTSTRAP_FILE = 'envoy.yaml';
 export const SDS_FILE = 'sds-client-cert.yaml';
@@ -68,6 +69,7 @@ export function main(argv: readonly string[], env: Readonly<Record<string, strin
     const bootstrapPath = join(outDir, BOOTSTRAP_FILE);
     writeAtomic(bootstrapPath, rendered.bootstrap, 0o644);
     if (rendered.sds !== undefined) writeAtomic(join(outDir, SDS_FILE), rendered.sds, 0o644);
+    if (rendered.serverSds !== undefined) writeAtomic(join(outDir, SERVER_SDS_FILE), rendered.serverSds, 0o644);
     process.stdout.write(`${bootstrapPath}\n`);
     const rlsConfig = values['ratelimit-config'];
     if (rlsConfig !== undefined) {
@@ -81,6 +83,8 @@ export function main(argv: readonly string[], env: Readonly<Record<string, strin
       if (backend !== undefined) {
         for (const f of [backend.clientCertFile, backend.clientKeyFile, backend.caFile]) accessSync(f, constants.R_OK);
       }
+      const tls = config.edgeTls;
+      if (tls !== undefined) for (const f of [tls.certFile, tls.keyFile, tls.clientCaFile]) if (f !== undefined) accessSync(f, constants.R_OK);
       const v = validateBootstrap(bootstrapPath);
       if (!v.ok) {
         process.stderr.write(`render-cli: envoy --mode validate failed (exit ${v.exitCode}):\n${v.output}\n`);

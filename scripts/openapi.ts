@@ -197,7 +197,13 @@ export function buildOpenApi(): Obj {
       description: INFO_DESCRIPTION,
       license: { name: 'BUSL-1.1', identifier: 'BUSL-1.1' },
     },
-    servers: [{ url: `http://127.0.0.1:${defaults.edgePort}`, description: 'local stack (npm start); Envoy\'s client listener EDGE_PORT' }],
+    servers: [
+      { url: `http://127.0.0.1:${defaults.edgePort}`, description: 'local stack (npm start); Envoy\'s client listener EDGE_PORT' },
+      {
+        url: `https://localhost:${defaults.edgePort}`,
+        description: 'the same listener over TLS (EDGE_TLS_CERT_FILE/EDGE_TLS_KEY_FILE; npm start with DEV_EDGE_TLS=1): TLS 1.2/1.3, ALPN h2 or http/1.1; plaintext is then refused',
+      },
+    ],
     tags: [
       { name: 'public', description: 'Identification and readiness.' },
       { name: 'market data', description: 'Markets and quotes ingested from the signed feed.' },

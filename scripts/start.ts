@@ -49,7 +49,9 @@ import { loadCredentials, parseHmacKey, secretSetting } from '../authz/src/commo
 import { checkSealFileWritable, readSealFile, unsealHint } from '../authz/src/common/seal-file.ts';
 import { readTokenFile } from '../authz/src/common/token.ts';
 import { envoyBinary } from '../envoy/envoy-bin.ts';
-import { renderEnvoy } from '../envoy/render.ts';
+import { renderEnvoy, serverSdsPath } from '../envoy/render.ts';
+import { ensureEdgeServerCert } from './dev/edge-server-cert.ts';
+import { get as httpsGet } from 'node:https';
 import { ensureDevPki, issue, publishClientCert, RENEW_DAYS } from './dev/certs.ts';
 
 const ROOT = fileURLToPath(new URL('../', import.meta.url));
@@ -791,6 +793,18 @@ if (plan.redisPort === undefined && !blank('REDIS_URL')) {
   if (stopping) await stopped();
 }
 
+// TLS on the client port (DEV_EDGE_TLS=1; README "Development only"): a development server
+// certificate for localhost under the run directory, unless EDGE_TLS_CERT_FILE/KEY_FILE are given.
+let edgeCaFile: string | undefined;
+const devEdgeTls = (env['DEV_EDGE_TLS'] ?? '').trim();
+if (devEdgeTls !== '' && devEdgeTls !== '0' && devEdgeTls !== '1') refuse(new ConfigError('DEV_EDGE_TLS', '1 or 0', devEdgeTls).message);
+if (devEdgeTls === '1' && blank('EDGE_TLS_CERT_FILE') && blank('EDGE_TLS_KEY_FILE')) {
+  const cert = ensureEdgeServerCert(join(RUN, 'pki'));
+  Object.assign(env, { EDGE_TLS_CERT_FILE: cert.certFile, EDGE_TLS_KEY_FILE: cert.keyFile });
+  edgeCaFile = cert.caFile;
+  say(`TLS on the client port: a development certificate for localhost in ${shown('pki/edge-server')} (its CA: ${shown('pki/edge-ca.crt')}${cert.issued ? ', issued now' : ', kept'})`);
+}
+
 const config = loadConfig(env);
 const authz: Service = {
   name: 'authz', label: 'the TS service', cmd: join(ROOT, 'scripts', 'node'), args: [join(ROOT, 'authz/src/main.ts')],
@@ -810,7 +824,10 @@ const rendered = renderEnvoy(config, { sdsPath });
 for (const w of rendered.warnings) say(`envoy config warning: ${w}`);
 writeFileSync(join(RUN, 'envoy.yaml'), rendered.bootstrap);
 if (rendered.sds !== undefined) writeFileSync(sdsPath, rendered.sds);
-const edge = `http://127.0.0.1:${config.edgePort}`;
+if (rendered.serverSds !== undefined) writeFileSync(serverSdsPath({ sdsPath }), rendered.serverSds);
+const edge = config.edgeTls === undefined ? `http://127.0.0.1:${config.edgePort}` : `https://localhost:${config.edgePort}`;
+/** With TLS: the `curl --cacert <CA>` a client of the edge needs (the development CA, or "your CA"). */
+const cacert = config.edgeTls === undefined ? '' : `--cacert ${edgeCaFile === undefined ? '<the CA of EDGE_TLS_CERT_FILE>' : shown('pki/edge-ca.crt')} `;
 /** Where ingests go: the ingest listener (INGEST_PORT, reached on loopback when it binds every address), else Envoy's client port. */
 const ingestHost = ['0.0.0.0', '::'].includes(config.ingestBindAddress) ? '127.0.0.1' : config.ingestBindAddress;
 const ingestUrl = config.ingestPort === undefined ? edge : `http://${ingestHost.includes(':') ? `[${ingestHost}]` : ingestHost}:${config.ingestPort}`;
@@ -829,6 +846,19 @@ if (!envoyReady.ok && !stopping) {
 }
 /** What the edge answers this machine's GET /healthz (the whole path: Envoy, rate limit, geo, the TS service). */
 async function throughTheEdge(): Promise<string> {
+  if (config.proxyProtocol === 'required') return 'not asked (EDGE_PROXY_PROTOCOL=required closes a connection without a PROXY header)';
+  if (config.edgeTls !== undefined) {
+    if (edgeCaFile === undefined) return `not asked (TLS with your certificate: curl ${cacert}${edge}/healthz)`;
+    const ca = readFileSync(edgeCaFile);
+    return new Promise((resolve) => {
+      const req = httpsGet(`${edge}/healthz`, { ca, timeout: 2000 }, (res) => {
+        res.resume();
+        resolve(`${res.statusCode ?? 0} over ${(res.socket as import('node:tls').TLSSocket).getProtocol() ?? 'TLS'}`);
+      });
+      req.on('timeout', () => req.destroy(new Error('no answer within 2 s')));
+      req.on('error', (err) => resolve(failure(err)));
+    });
+  }
   try {
     const res = await fetch(`${edge}/healthz`, { signal: AbortSignal.timeout(2000) });
     const text = await res.text();
@@ -856,7 +886,7 @@ if (!stopping && sealed()) {
   supervising = true;
   say(`READY  the TS service GET 127.0.0.1:${config.marketPort}/healthz → 200, Envoy admin GET /ready → 200
   this machine  GET ${edge}/healthz → ${await throughTheEdge()}
-  clients       ${edge}   (Envoy; per-IP rate limit ${config.rpsPerIp}/s burst ${config.rateBurst}, ${config.rateLimitScope === 'global' ? 'global: across replicas, in Redis' : 'local: per Envoy'})
+  clients       ${edge}   ${config.edgeTls === undefined ? '' : `(TLS: curl ${cacert}${edge}/healthz) `}(Envoy; per-IP rate limit ${config.rpsPerIp}/s burst ${config.rateBurst}, ${config.rateLimitScope === 'global' ? 'global: across replicas, in Redis' : 'local: per Envoy'})
   ingest        ${config.ingestPort === undefined ? `${edge}/internal/ingest/market   (the client port: INGEST_PORT unset)` : `${ingestUrl}/internal/ingest/market   (its own listener, INGEST_PORT on ${config.ingestBindAddress}; the client port answers that path 404)`}
   authz gRPC    127.0.0.1:${config.authzGrpcPort}   (.venv/bin/grpcurl -plaintext 127.0.0.1:${config.authzGrpcPort} list)
   market        127.0.0.1:${config.marketPort}
@@ -867,9 +897,9 @@ if (!stopping && sealed()) {
   geoip         ${env['GEOIP_DB'] === join(RUN, 'geoip', 'country.mmdb') ? `${shown('geoip/country.mmdb')} (replace it by rename: docs/operations.md)` : config.geoipDb}
   try it:
     set -a; . ${shown('dev.env')}; set +a
-    ${config.ingestPort === undefined ? `EDGE_PORT=${config.edgePort} scripts/node scripts/edge-client.ts demo-ingest 0xdemo` : `scripts/node scripts/edge-client.ts demo-ingest 0xdemo --url ${ingestUrl}`}
-    curl -s ${edge}/v1/markets | head -c 300; echo
+    ${config.ingestPort !== undefined ? `scripts/node scripts/edge-client.ts demo-ingest 0xdemo --url ${ingestUrl}` : config.edgeTls === undefined ? `EDGE_PORT=${config.edgePort} scripts/node scripts/edge-client.ts demo-ingest 0xdemo` : `NODE_EXTRA_CA_CERTS=${edgeCaFile === undefined ? '<the CA of EDGE_TLS_CERT_FILE>' : shown('pki/edge-ca.crt')} scripts/node scripts/edge-client.ts demo-ingest 0xdemo --url ${edge}`}
+    curl -s ${cacert}${edge}/v1/markets | head -c 300; echo
     head -c 64 /dev/urandom > ${shown('order.bin')}
-    EDGE_PORT=${config.edgePort} scripts/node scripts/edge-client.ts order 0xdemo 10 ${shown('order.bin')}
+    ${config.edgeTls === undefined ? `EDGE_PORT=${config.edgePort} scripts/node scripts/edge-client.ts order 0xdemo 10 ${shown('order.bin')}` : `NODE_EXTRA_CA_CERTS=${edgeCaFile === undefined ? '<the CA of EDGE_TLS_CERT_FILE>' : shown('pki/edge-ca.crt')} scripts/node scripts/edge-client.ts order 0xdemo 10 ${shown('order.bin')} --url ${edge}`}
   A TS service, Redis or demo backend that exits is restarted; Ctrl-C seals and stops everything.`);
 }

@@ -24,7 +24,7 @@ import { readFileSync, writeFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import YAML from 'yaml';
 import { loadConfig } from '../../authz/src/common/config.ts';
-import { renderEnvoy, requiredEnvoyMemoryLimitMb } from '../../envoy/render.ts';
+import { renderEnvoy, requiredEnvoyMemoryLimitMb, SERVER_SDS_FILE } from '../../envoy/render.ts';
 
 /** Where the Deployment mounts things (base/deployment.yaml). */
 export const MOUNTS = {
@@ -189,7 +189,11 @@ function configMaps(env: Readonly<Record<string, string>>): Record<string, unkno
     { apiVersion: 'v1', kind: 'ConfigMap', metadata: { name: 'edge-settings', labels: { app: 'edge' } }, data: { ...env } },
     {
       apiVersion: 'v1', kind: 'ConfigMap', metadata: { name: 'edge-envoy', labels: { app: 'edge' } },
-      data: { 'envoy.yaml': rendered.bootstrap, 'sds-client-cert.yaml': rendered.sds ?? '' },
+      data: {
+        'envoy.yaml': rendered.bootstrap, 'sds-client-cert.yaml': rendered.sds ?? '',
+        // With EDGE_TLS_CERT_FILE in the settings: the server certificate's SDS file, beside the client one.
+        ...(rendered.serverSds === undefined ? {} : { [SERVER_SDS_FILE]: rendered.serverSds }),
+      },
     },
   ];
 }

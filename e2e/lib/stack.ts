@@ -16,7 +16,7 @@ import { fileURLToPath } from 'node:url';
 import { loadConfig } from '../../authz/src/common/config.ts';
 import { withServiceRuntime } from '../../authz/src/common/runtime-env.ts';
 import { envoyBinary } from '../../envoy/envoy-bin.ts';
-import { renderEnvoy, type RenderOptions } from '../../envoy/render.ts';
+import { renderEnvoy, serverSdsPath, type RenderOptions } from '../../envoy/render.ts';
 import { freePort, PrivateRedis } from '../../authz/test/redis-server.ts';
 import { generateDevPki, type DevPki } from '../../scripts/dev/certs.ts';
 import { createOrderBackend, type OrderBackend } from '../../scripts/dev/order-backend.ts';
@@ -164,7 +164,7 @@ export async function startStack(opts: StackOptions = {}): Promise<Stack> {
   const startAuthz = async (): Promise<void> => {
     authz = spawn(NODE, [opts.serviceEntry ?? join(ROOT, 'authz/src/main.ts')], { env: withServiceRuntime({ ...process.env, ...env, ...secrets }), stdio: ['ignore', 'pipe', 'pipe'] });
     pipe('authz', authz);
-    await waitFor(async () => (await fetch(`http://127.0.0.1:${marketPort}/`)).status === 200, opts.startTimeoutMs ?? 15_000, 'authz/market service');
+    await waitFor(async () => (await fetch(`http://127.0.0.1:${marketPort}/`)).status === 200, opts.startTimeoutMs ?? 30_000, 'authz/market service');
   };
   // A stack that fails to come up stops what it started (else its processes keep the test alive).
   const abandon = async (err: unknown): Promise<never> => {
@@ -184,13 +184,20 @@ export async function startStack(opts: StackOptions = {}): Promise<Stack> {
   const rendered = renderEnvoy(config, { ...opts.render, sdsPath });
   writeFileSync(join(dir, 'envoy.yaml'), rendered.bootstrap);
   if (rendered.sds !== undefined) writeFileSync(sdsPath, rendered.sds);
+  if (rendered.serverSds !== undefined) writeFileSync(serverSdsPath({ sdsPath }), rendered.serverSds);
   const envoy = spawn(envoyBinary(), ['-c', join(dir, 'envoy.yaml'), '--disable-hot-restart', '--concurrency', '2', '-l', 'warning'], { stdio: ['ignore', 'pipe', 'pipe'] });
   started.envoy = envoy;
   pipe('envoy', envoy);
-  const edgeUrl = `http://127.0.0.1:${edgePort}`;
+  // With EDGE_TLS_* the public listener speaks TLS only (its certificate names localhost).
+  const edgeUrl = config.edgeTls === undefined ? `http://127.0.0.1:${edgePort}` : `https://localhost:${edgePort}`;
   const ingestUrl = config.ingestPort === undefined ? edgeUrl : `http://127.0.0.1:${config.ingestPort}`;
-  // Through Envoy and authz: 200, or 451 where the loopback peer is not in GEO_TRUSTED_CIDRS.
-  await waitFor(async () => [200, 451].includes((await fetch(`${edgeUrl}/healthz`)).status), 20_000, 'Envoy /healthz answered by authz').catch(abandon);
+  if (config.edgeTls === undefined && config.proxyProtocol === 'off') {
+    // Through Envoy and authz: 200, or 451 where the loopback peer is not in GEO_TRUSTED_CIDRS.
+    await waitFor(async () => [200, 451].includes((await fetch(`${edgeUrl}/healthz`)).status), 20_000, 'Envoy /healthz answered by authz').catch(abandon);
+  } else {
+    // TLS or PROXY protocol: a plain fetch cannot ask; Envoy is LIVE once its SDS secrets loaded (the service is up already).
+    await waitFor(async () => (await (await fetch(`http://127.0.0.1:${envoyAdminPort}/ready`)).text()).trim() === 'LIVE', 20_000, 'Envoy LIVE').catch(abandon);
+  }
 
   const stack: Stack = {
     dir, edgeUrl, ingestUrl, env, pki, redis, hmacKey,

@@ -37,6 +37,11 @@ export type AllowedHeaders = 'minimal' | 'all';
 export interface RenderOptions {
   /** Absolute path the bootstrap reads the client-certificate SDS resource from. */
   readonly sdsPath: string;
+  /**
+   * Absolute path the bootstrap reads the server-certificate SDS resource from (EDGE_TLS_*);
+   * default `sds-server-cert.yaml` beside sdsPath (render/tls.ts).
+   */
+  readonly serverSdsPath?: string;
   /** Access log file; default Envoy's stdout. */
   readonly accessLogPath?: string;
   /** Bootstrap node id (path-based SDS needs one); default `edge-envoy`. */
@@ -65,6 +70,8 @@ export interface RenderedEnvoy {
   readonly bootstrap: string;
   /** The SDS YAML to write at `opts.sdsPath`; undefined when no order backend is configured. */
   readonly sds: string | undefined;
+  /** The server-certificate SDS YAML to write at serverSdsPath (render/tls.ts); undefined without EDGE_TLS_CERT_FILE. */
+  readonly serverSds: string | undefined;
   /** Deployment problems worth a log line (never fatal). */
   readonly warnings: readonly string[];
 }

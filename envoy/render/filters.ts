@@ -10,6 +10,7 @@ import { bodyBufferFilter, globalLimitFilter, globalRateLimitFilter } from './gl
 import { FILTER, TYPE_URL } from './names.ts';
 import { orderBodyFilter } from './order-body.ts';
 import { rateLimitFilter } from './rate-limit.ts';
+import { clientCertFilter } from './tls.ts';
 
 /**
  * header_mutation → local_ratelimit → XFF guard (trusted hops only) → ext_authz header phase
@@ -22,6 +23,8 @@ export function httpFilters(config: Config, opts: RenderOptions): TypedExtension
   return [
     // header_mutation first: the rate limit and the XFF guard read the address it writes.
     headerMutationFilter(config),
+    // With client certificates: the verified one's SHA-256, after header_mutation removed any client-sent copy.
+    ...clientCertFilter(config),
     // The rate limit before the XFF guard: a refused X-Forwarded-For costs its sender (the TCP
     // peer) a token like any request (client-address.ts xffGuardFilter).
     rateLimitFilter(config, opts),

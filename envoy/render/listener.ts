@@ -10,6 +10,7 @@ import { httpFilters } from './filters.ts';
 import { localReplyConfig } from './local-replies.ts';
 import { CLIENT_IP_HEADER, CLIENT_PORT_HEADER, FILTER, LISTENER, TYPE_URL, type ListenerName } from './names.ts';
 import { routes, STREAM_IDLE_TIMEOUT_MS } from './routes.ts';
+import { listenerScheme, withClientTransport } from './tls.ts';
 
 /**
  * The HttpConnectionManager with its filter chain, routes and local replies: the same for both
@@ -25,9 +26,10 @@ export function httpConnectionManager(config: Config, opts: RenderOptions, name:
     // X-Forwarded-For stays as the client sent it while the filters run (the XFF guard needs to
     // see whether one was sent); upstreams get exactly the decided address (virtual host below).
     skip_xff_append: true,
-    // The listener is plaintext: `:scheme` and x-forwarded-proto say http whatever a client sends
-    // (an absolute-form https:// target, a forged X-Forwarded-Proto through a trusted hop).
-    scheme_header_transformation: { scheme_to_overwrite: 'http' },
+    // `:scheme` and x-forwarded-proto say what the listener is (https with EDGE_TLS_*, else http)
+    // whatever a client sends (an absolute-form https:// target, a forged X-Forwarded-Proto
+    // through a trusted hop).
+    scheme_header_transformation: { scheme_to_overwrite: listenerScheme(config, name) },
     // No client address is "internal" (internal requests keep client-sent x-envoy-* and
     // x-request-id headers). An empty list means "RFC1918 + loopback" to Envoy, so the list
     // holds the one address that can never be a peer: 0.0.0.0/32.
@@ -104,9 +106,12 @@ export function firstRequestDeadline(): JsonObject {
   };
 }
 
-/** The public listener: plaintext HTTP/1.1 and HTTP/2 on EDGE_PORT. */
+/**
+ * The public listener: HTTP/1.1 and HTTP/2 on EDGE_PORT, over TLS with EDGE_TLS_* and behind a
+ * PROXY header with EDGE_PROXY_PROTOCOL=required (tls.ts).
+ */
 export function listener(config: Config, opts: RenderOptions): JsonObject {
-  return {
+  return withClientTransport(config, opts, {
     name: LISTENER.edge,
     // listener.edge.* whatever the port (downstream_pre_cx_timeout, downstream_global_cx_overflow).
     stat_prefix: 'edge',
@@ -115,7 +120,7 @@ export function listener(config: Config, opts: RenderOptions): JsonObject {
     per_connection_buffer_limit_bytes: 32_768,
     ...firstRequestDeadline(),
     filter_chains: [{ filters: [httpConnectionManager(config, opts)] }],
-  };
+  });
 }
 
 /**

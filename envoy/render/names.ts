@@ -13,7 +13,7 @@ export const CLIENT_IP_HEADER = HEADER.clientIp;
 export const CLIENT_PORT_HEADER = HEADER.clientPort;
 
 /** Request headers the authz service reads (authz/src/authz/codec/request.ts), plus content-type. */
-export const AUTHZ_HEADERS = [HEADER.clientIp, HEADER.timestamp, HEADER.nonce, HEADER.signature, HEADER.requestId, 'content-type'] as const;
+export const AUTHZ_HEADERS = [HEADER.clientIp, HEADER.timestamp, HEADER.nonce, HEADER.signature, HEADER.requestId, 'content-type', HEADER.clientCertSha256] as const;
 
 export const INGEST_PATH = PATHS.ingest;
 export const ORDERS_PATH = PATHS.orders;
@@ -77,6 +77,8 @@ export const FILTER = {
 /** The name of an HTTP filter in the chain (what typed_per_filter_config is keyed on). */
 export type HttpFilterName = Exclude<(typeof FILTER)[keyof typeof FILTER], typeof FILTER.hcm | typeof FILTER.httpInspector>;
 
+/** Name of the SDS secret holding the client listener's server certificate (EDGE_TLS_CERT_FILE; render/tls.ts). */
+export const SERVER_CERT_SECRET = 'edge_server_cert';
 /** Name of the SDS secret holding the edge's client certificate. */
 export const CLIENT_CERT_SECRET = 'edge_client_cert';
 /**
@@ -118,5 +120,7 @@ export const TYPE_URL = {
   credentialInjector: 'type.googleapis.com/envoy.extensions.filters.http.credential_injector.v3.CredentialInjector',
   genericCredential: 'type.googleapis.com/envoy.extensions.http.injected_credentials.generic.v3.Generic',
   upstreamCodec: 'type.googleapis.com/envoy.extensions.filters.http.upstream_codec.v3.UpstreamCodec',
+  downstreamTls: 'type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.DownstreamTlsContext',
+  proxyProtocol: 'type.googleapis.com/envoy.extensions.filters.listener.proxy_protocol.v3.ProxyProtocol',
 } as const;
 export type TypeUrl = (typeof TYPE_URL)[keyof typeof TYPE_URL];

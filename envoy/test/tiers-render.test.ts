@@ -46,5 +46,6 @@ test('header_mutation removes every client-sent edge-set header (x-edge-access, 
 
 test('order route allow-list – exactly x-edge-access and x-edge-jurisdiction join the headers the backend receives', () => {
   const edgeHeaders = ORDER_UPSTREAM_HEADERS.filter((h) => h.startsWith('x-edge-'));
-  assert.deepEqual([...edgeHeaders].sort(), [HEADER.access, HEADER.clientIp, HEADER.deadline, HEADER.jurisdiction, HEADER.marketId, HEADER.size].sort());
+  // x-edge-client-cert-sha256 too (EDGE_TLS_CLIENT_AUTH only: the verified client certificate's fingerprint, set by the edge alone).
+  assert.deepEqual([...edgeHeaders].sort(), [HEADER.access, HEADER.clientIp, HEADER.deadline, HEADER.jurisdiction, HEADER.marketId, HEADER.size, HEADER.clientCertSha256].sort());
 });

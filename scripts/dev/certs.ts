@@ -43,7 +43,7 @@ function openssl(args: string[], cwd: string): void {
   execFileSync('openssl', args, options);
 }
 
-function ca(dir: string, name: string): void {
+export function ca(dir: string, name: string): void {
   openssl(['req', '-x509', '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:P-256', '-nodes', '-days', String(VALID_DAYS),
     '-subj', `/CN=${name}`, '-keyout', `${name}.key`, '-out', `${name}.crt`,
     '-addext', 'basicConstraints=critical,CA:TRUE', '-addext', 'keyUsage=critical,keyCertSign,cRLSign'], dir);

@@ -231,6 +231,64 @@ export interface Config {
    */
   readonly logDecisions: LogDecisions;
   readonly workers: number;
+
+  // TLS on the client listener, client certificates, PROXY protocol (docs/envoy.md "TLS on the client listener")
+  /** EDGE_TLS_CERT_FILE and EDGE_TLS_KEY_FILE (both or neither): EDGE_PORT serves TLS only; undefined: plaintext HTTP. */
+  readonly edgeTls: EdgeTlsConfig | undefined;
+  /**
+   * EDGE_PROXY_PROTOCOL: `required`: every connection to EDGE_PORT starts with a PROXY v1/v2
+   * header, whose address is the client address; `off`: none is read.
+   */
+  readonly proxyProtocol: ProxyProtocol;
+}
+
+/** EDGE_TLS_CLIENT_AUTH: whether EDGE_PORT asks for a client certificate, and what a missing or unverified one means. */
+export const CLIENT_AUTH_MODES = ['off', 'optional', 'required'] as const;
+export type ClientAuth = (typeof CLIENT_AUTH_MODES)[number];
+export const PROXY_PROTOCOL_MODES = ['off', 'required'] as const;
+export type ProxyProtocol = (typeof PROXY_PROTOCOL_MODES)[number];
+
+export interface EdgeTlsConfig {
+  /** The server certificate chain (PEM), served through file-based SDS and re-read when its directory changes. */
+  readonly certFile: string;
+  readonly keyFile: string;
+  /** CA bundle client certificates must chain to (EDGE_TLS_CLIENT_CA_FILE); only with clientAuth optional or required. */
+  readonly clientCaFile: string | undefined;
+  readonly clientAuth: ClientAuth;
+}
+
+/**
+ * The TLS block (EDGE_TLS_CERT_FILE, EDGE_TLS_KEY_FILE, EDGE_TLS_CLIENT_CA_FILE,
+ * EDGE_TLS_CLIENT_AUTH) and EDGE_PROXY_PROTOCOL. Every name is read whatever is set, so each is
+ * a known setting; a combination that cannot mean one thing is refused.
+ */
+function edgeTlsSettings(env: Env, xffNumTrustedHops: number): { tls: EdgeTlsConfig | undefined; proxyProtocol: ProxyProtocol } {
+  const certFile = str(env, 'EDGE_TLS_CERT_FILE');
+  const keyFile = str(env, 'EDGE_TLS_KEY_FILE');
+  const clientCaFile = str(env, 'EDGE_TLS_CLIENT_CA_FILE');
+  const authRaw = str(env, 'EDGE_TLS_CLIENT_AUTH')?.toLowerCase();
+  const proxyRaw = str(env, 'EDGE_PROXY_PROTOCOL')?.toLowerCase();
+  const proxyProtocol = (proxyRaw ?? 'off') as ProxyProtocol;
+  if (!(PROXY_PROTOCOL_MODES as readonly string[]).includes(proxyProtocol)) throw new ConfigError('EDGE_PROXY_PROTOCOL', '"off" or "required"', proxyRaw);
+  if (proxyProtocol === 'required' && xffNumTrustedHops > 0) {
+    throw new ConfigError('XFF_NUM_TRUSTED_HOPS', '0 with EDGE_PROXY_PROTOCOL=required (the PROXY header is then the one source of the client address)', String(xffNumTrustedHops));
+  }
+  const clientAuth = (authRaw ?? 'off') as ClientAuth;
+  if (!(CLIENT_AUTH_MODES as readonly string[]).includes(clientAuth)) throw new ConfigError('EDGE_TLS_CLIENT_AUTH', '"off", "optional" or "required"', authRaw);
+  if (certFile === undefined && keyFile === undefined) {
+    if (clientCaFile !== undefined) throw new ConfigError('EDGE_TLS_CLIENT_CA_FILE', 'to be set only with EDGE_TLS_CERT_FILE and EDGE_TLS_KEY_FILE (client certificates need TLS)', clientCaFile);
+    if (clientAuth !== 'off') throw new ConfigError('EDGE_TLS_CLIENT_AUTH', '"off" without EDGE_TLS_CERT_FILE and EDGE_TLS_KEY_FILE (client certificates need TLS)', authRaw);
+    return { tls: undefined, proxyProtocol };
+  }
+  if (certFile === undefined) throw new ConfigError('EDGE_TLS_CERT_FILE', 'a file path when EDGE_TLS_KEY_FILE is set (both or neither)');
+  if (keyFile === undefined) throw new ConfigError('EDGE_TLS_KEY_FILE', 'a file path when EDGE_TLS_CERT_FILE is set (both or neither)');
+  if (clientAuth === 'off' && clientCaFile !== undefined) {
+    throw new ConfigError('EDGE_TLS_CLIENT_AUTH', '"optional" or "required" when EDGE_TLS_CLIENT_CA_FILE is set (the CA is used for nothing with "off")', authRaw ?? 'off');
+  }
+  if (clientAuth !== 'off' && clientCaFile === undefined) {
+    throw new ConfigError('EDGE_TLS_CLIENT_CA_FILE', `a file path with EDGE_TLS_CLIENT_AUTH=${clientAuth} (the CA client certificates must chain to)`);
+  }
+  return { tls: Object.freeze({ certFile, keyFile, clientCaFile, clientAuth }), proxyProtocol };
 }
 
 function str(env: Env, name: string): string | undefined {
@@ -597,6 +655,8 @@ export function loadConfig(env: Env = process.env): Config {
   const envoyAdminPort = port(env, 'ENVOY_ADMIN_PORT', 9901);
   const ingest = ingestListener(env, { EDGE_PORT: edgePort, ENVOY_ADMIN_PORT: envoyAdminPort });
   const authzTimeoutMs = int(env, 'AUTHZ_TIMEOUT_MS', 1000, 10, 60_000);
+  const xffNumTrustedHops = int(env, 'XFF_NUM_TRUSTED_HOPS', 0, 0, 10);
+  const edgeTls = edgeTlsSettings(env, xffNumTrustedHops);
 
   return Object.freeze({
     edgePort,
@@ -612,7 +672,7 @@ export function loadConfig(env: Env = process.env): Config {
     authzAddress: str(env, 'AUTHZ_ADDRESS') ?? '127.0.0.1',
     marketAddress: str(env, 'MARKET_ADDRESS') ?? '127.0.0.1',
 
-    xffNumTrustedHops: int(env, 'XFF_NUM_TRUSTED_HOPS', 0, 0, 10),
+    xffNumTrustedHops,
     rpsPerIp,
     rateBurst,
     ratePrefixV6: int(env, 'RATE_PREFIX_V6', 48, 32, 64),
@@ -663,6 +723,9 @@ export function loadConfig(env: Env = process.env): Config {
     logLevel,
     logDecisions,
     workers,
+
+    edgeTls: edgeTls.tls,
+    proxyProtocol: edgeTls.proxyProtocol,
   });
 }
 
@@ -673,7 +736,7 @@ export function loadConfig(env: Env = process.env): Config {
  */
 const SECRET_SETTINGS = ['EDGE_INGEST_HMAC', 'EDGE_INGEST_HMAC_PREVIOUS', 'EDGE_FEED_ED25519_PUBLIC_KEY', 'EDGE_FEED_ED25519_KEY'];
 const DEV_SETTINGS = [
-  'DEV_REDIS_PORT', 'DEV_BACKEND_PORT', 'DEV_RUN_DIR', 'STRICT_SETTINGS',
+  'DEV_REDIS_PORT', 'DEV_BACKEND_PORT', 'DEV_RUN_DIR', 'STRICT_SETTINGS', 'DEV_EDGE_TLS',
   'BACKEND_CERT_FILE', 'BACKEND_KEY_FILE', 'BACKEND_CLIENT_CA_FILE', 'BACKEND_PORT', 'BACKEND_BIND_ADDRESS',
   'NODE_BIN', 'ENVOY_BIN', 'GRPCURL_BIN', 'PYTHON', 'RELIABILITY_SOAK_SECS', 'RELIABILITY_ONLY', 'EDGE_REQUIRE_CONTAINERS',
 ];

@@ -82,6 +82,11 @@ export const HEADER = {
   access: 'x-edge-access',
   /** To the order backend: the jurisdiction whose rule gave that tier (`PL`, `CA-QC`, or JURISDICTION_NONE). */
   jurisdiction: 'x-edge-jurisdiction',
+  /**
+   * To authz and every upstream: the SHA-256 of the client certificate the TLS handshake verified
+   * against EDGE_TLS_CLIENT_CA_FILE (64 lower-case hex digits of its DER); absent without one.
+   */
+  clientCertSha256: 'x-edge-client-cert-sha256',
 } as const;
 
 /**
@@ -89,7 +94,7 @@ export const HEADER = {
  * before ext_authz and every upstream (envoy/render/client-address.ts), and the order's allow
  * sets them again. The ingest's x-edge-timestamp/-nonce/-signature are client headers and stay.
  */
-export const EDGE_SET_HEADERS: readonly string[] = [HEADER.access, HEADER.jurisdiction, HEADER.marketId, HEADER.deadline, HEADER.size];
+export const EDGE_SET_HEADERS: readonly string[] = [HEADER.access, HEADER.jurisdiction, HEADER.marketId, HEADER.deadline, HEADER.size, HEADER.clientCertSha256];
 
 /** The access tiers (x-edge-access; the geoblock answer's `access`). */
 export type Access = 'blocked' | 'close-only' | 'full';
