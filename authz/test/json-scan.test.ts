@@ -75,6 +75,26 @@ const cases: Record<string, [text: string, verdict: string]> = {
   'U+2028 in a string': ['{"a":"\u2028"}', 'ok'],
   'empty text': ['', 'syntax'],
   'whitespace only': [' \n', 'syntax'],
+  // Inside nested containers (the table's array and object states, not the top-level object's code).
+  'an object closed by ]': ['{"a":{"b":1]}}', 'syntax'],
+  'an array closed by }': ['{"a":[[1}]}', 'syntax'],
+  'a truncated literal in an array': ['{"a":[tru]}', 'syntax'],
+  'a truncated literal in an object': ['{"a":{"k":nul}}', 'syntax'],
+  'literals in arrays and objects': ['{"a":[true,false,null,{"k":true,"l":false,"m":null}]}', 'ok'],
+  'a short \\u escape in a nested key': ['{"a":{"\\u00":1}}', 'syntax'],
+  'escapes in nested keys and values': ['{"a":{"\\u0041\\n":"\\"\\\\\\/\\b\\f\\n\\r\\t\\u00e9"},"b":["\\u005d"]}', 'ok'],
+  'a raw control character in a nested key': ['{"a":{"k\u0001":1}}', 'syntax'],
+  'two values without a comma in an array': ['{"a":[1 2]}', 'syntax'],
+  'a key without a colon in a nested object': ['{"a":{"b" 1}}', 'syntax'],
+  'a lone minus in an array': ['{"a":[-]}', 'syntax'],
+  'a bare dot before the exponent in a nested object': ['{"a":{"b":1.e5}}', 'syntax'],
+  'a leading zero in an array': ['{"a":[00]}', 'syntax'],
+  'numbers ended by whitespace, commas and brackets': ['{"a":[0 ,-1\t, 2.5\n,3e7\r],"b":{"c":0 ,"d":1.5e-3 },"e":[0],"f":{"g":-0}}', 'ok'],
+  'an exponent sign without digits in an array': ['{"a":[1e+]}', 'syntax'],
+  'a comma after the last key of a nested object': ['{"a":{"b":1,}}', 'syntax'],
+  'a colon in an array': ['{"a":[1:2]}', 'syntax'],
+  'a string key in an array': ['{"a":["k":1]}', 'syntax'],
+  'an empty array and object at every depth': ['{"a":[[],{},[{}],{"b":[]}]}', 'ok'],
 };
 
 for (const [name, [text, want]] of Object.entries(cases)) {
