@@ -24,8 +24,15 @@
 /** What a named member holds: a string, a number, or `null` for any other JSON value (object, array, boolean, null). */
 export type MemberValue = string | number | null;
 
+/** Where a named member's string value lies in the text: its content between the quotes, [start, end), and whether it has escapes. */
+export interface StringSpan {
+  readonly start: number;
+  readonly end: number;
+  readonly escaped: boolean;
+}
+
 export type JsonScan<K extends string> =
-  | { readonly ok: true; readonly members: { readonly [P in K]?: MemberValue } }
+  | { readonly ok: true; readonly members: { readonly [P in K]?: MemberValue }; readonly spans: { readonly [P in K]?: StringSpan } }
   | { readonly ok: false; readonly reason: 'syntax' | 'not_object' | 'depth' };
 
 const QUOTE = 0x22;
@@ -435,9 +442,13 @@ function scan<K extends string>(b: Buffer, maxDepth: number, names: readonly K[]
   if (s !== T_AFTER) return SYNTAX;
   if (!rootIsObject) return NOT_OBJECT;
   const members: { [P in K]?: MemberValue } = {};
+  const spans: { [P in K]?: StringSpan } = {};
   for (let k = 0; k < names.length; k++) {
     const st = starts[k]!;
-    if (st !== -1) members[names[k]!] = ends[k] === st ? null : memberValue(b, st, ends[k]!, escapes[k] === 1);
+    if (st === -1) continue;
+    const end = ends[k]!;
+    members[names[k]!] = end === st ? null : memberValue(b, st, end, escapes[k] === 1);
+    if (end !== st && b[st] === QUOTE) spans[names[k]!] = { start: st + 1, end: end - 1, escaped: escapes[k] === 1 };
   }
-  return { ok: true, members };
+  return { ok: true, members, spans };
 }
