@@ -95,6 +95,14 @@ const cases: Record<string, [text: string, verdict: string]> = {
   'a colon in an array': ['{"a":[1:2]}', 'syntax'],
   'a string key in an array': ['{"a":["k":1]}', 'syntax'],
   'an empty array and object at every depth': ['{"a":[[],{},[{}],{"b":[]}]}', 'ok'],
+  // Runs of brackets (opened and closed without a step per bracket).
+  'a run of closers of both kinds': ['{"a":[[{"b":[[1]]}]],"c":{"d":{"e":[]}}}', 'ok'],
+  'one closer too many in a run': ['{"a":[[1]]]}', 'syntax'],
+  'an object closer too many in a run': ['{"a":{"b":{"c":1}}}}', 'syntax'],
+  'a run closed by the wrong kind': ['{"a":[[[1]]}}', 'syntax'],
+  'a run of arrays closing at the top': ['[[[]]]', 'not_object'],
+  'a run of 32 arrays in the envelope': [`{"a":${'['.repeat(31)}${']'.repeat(31)}}`, 'ok'],
+  'a run of 33 arrays in the envelope': [`{"a":${'['.repeat(32)}${']'.repeat(32)}}`, 'depth'],
 };
 
 for (const [name, [text, want]] of Object.entries(cases)) {

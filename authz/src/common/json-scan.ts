@@ -42,6 +42,8 @@ const DOT = 0x2e;
 const ZERO = 0x30;
 const BACKSLASH = 0x5c;
 const OPEN_ARRAY = 0x5b;
+const CLOSE_ARRAY = 0x5d;
+const CLOSE_OBJECT = 0x7d;
 const OPEN_OBJECT = 0x7b;
 const LOWER_E = 0x65;
 const UPPER_E = 0x45;
@@ -244,6 +246,8 @@ const IN_ARRAY = 1;
 const IN_OBJECT = 2;
 /** The top-level object. */
 const IN_ENVELOPE = 3;
+/** The byte that closes what the scan is inside (none at the top). */
+const CLOSER = [-1, CLOSE_ARRAY, CLOSE_OBJECT, CLOSE_OBJECT];
 /** Where a value leaves the automaton, by what it is inside. */
 const AFTER = [T_AFTER, A.after, O.after, P_AFTER];
 
@@ -386,6 +390,11 @@ function scan<K extends string>(b: Buffer, maxDepth: number, names: readonly K[]
     // The actions, the commonest first.
     if (s === CLOSE_ARRAY_ACTION || s === CLOSE_OBJECT_ACTION) {
       inside = stack[--depth]!;
+      // A run of closing brackets (deep nests end in one): popped here, not one action each.
+      while (b[i + 1] === CLOSER[inside]) {
+        inside = stack[--depth]!;
+        i++;
+      }
       s = AFTER[inside]!;
       continue;
     }
@@ -417,6 +426,12 @@ function scan<K extends string>(b: Buffer, maxDepth: number, names: readonly K[]
       if (depth === maxDepth) return DEPTH;
       stack[depth++] = inside;
       inside = IN_ARRAY;
+      // A run of `[` (deep nests start with one): pushed here, not one action each.
+      while (b[i + 1] === OPEN_ARRAY) {
+        if (depth === maxDepth) return DEPTH;
+        stack[depth++] = IN_ARRAY;
+        i++;
+      }
       s = A_FIRST;
     } else if (s === OPEN_OBJECT_ACTION) {
       if (depth === maxDepth) return DEPTH;
