@@ -228,9 +228,9 @@ ${markdownTable(
 
 - "× read" is the median over rounds of the class's TS CPU per request divided by the ordinary read's in the same round
   and mode. The TS process answers the Check of every request, and the market service for reads.
-- Orders: the body is read by the order scanner (authz/src/common/json-scan.ts): checked as JSON in one pass, nesting past
-  ${LIMIT.orderJsonDepth} levels refused as soon as the scan reaches it, only the envelope's four members decoded. An allowed order's payload
-  goes back to Envoy in the Check's answer (the order-body filter decodes it there), so a full payload crosses twice.
+- Orders: the body is read by the order scanner (authz/src/common/json-scan.ts): checked as JSON in one pass (one table look-up
+  a byte), nesting past ${LIMIT.orderJsonDepth} levels refused as soon as the scan reaches it, only the envelope's four members decoded. An allowed
+  order's answer says where the payload lies in the body (the order-body filter decodes it from there), so the payload crosses once.
 - Queries: ${LIMIT.queryIds} ids of 128 characters (a ~13 KB URL); each run's requests cycle through 3,000 distinct URLs, more than the page
   cache keeps, so every one reads Redis. A page of stored markets costs by its size (~1.6 KB a market here): \`idsKnown\` answers
   as much as \`limit=${LIMIT.queryIds}\` does, and \`pageMax\` is the largest page any client may ask for.
