@@ -16,7 +16,9 @@
  * completed.
  *
  * Env: BENCH_ROUNDS (5), BENCH_SECONDS (3), BENCH_NO_DOCS=1 to leave docs/benchmarks.md alone,
- * BENCH_ONLY=<key>,… to run only those classes (and the ordinary read).
+ * BENCH_ONLY=<key>,… (or `--only <key>,…`) to run only those classes (and the ordinary read),
+ * BENCH_AUTHZ_NODE_OPTIONS=… for the TS process's Node options (e.g. `--cpu-prof --cpu-prof-dir=<dir>`:
+ * a profile written when the stack stops; `--trace-gc`).
  * Quickest check (~1 min): BENCH_NO_DOCS=1 BENCH_ROUNDS=1 BENCH_SECONDS=1 npm run bench:costly.
  */
 import { writeFileSync } from 'node:fs';
@@ -88,12 +90,28 @@ async function preflight(stack: Stack, classes: readonly RequestClass[]): Promis
   }
 }
 
+/** The class keys `--only a,b` (or `--only=a,b`) names, else BENCH_ONLY's; undefined: every class. */
+function onlyClasses(argv: readonly string[], fromEnv: string | undefined): string[] | undefined {
+  let value = fromEnv;
+  for (let i = 0; i < argv.length; i++) {
+    const a = argv[i]!;
+    if (a === '--only') value = argv[++i];
+    else if (a.startsWith('--only=')) value = a.slice('--only='.length);
+    else throw new Error(`bench:costly: unknown argument ${JSON.stringify(a)} (known: --only <class>,…)`);
+  }
+  if (value === undefined || value === '') return undefined;
+  return value.split(',').map((k) => k.trim()).filter((k) => k !== '');
+}
+
 async function main(): Promise<void> {
+  const only = onlyClasses(process.argv.slice(2), process.env['BENCH_ONLY']);
   const h2load = ensureH2load(log);
   if (h2load === undefined) throw new Error('h2load (Debian nghttp2-client) is required');
   const dir = workDir('costly');
+  const nodeOptions = process.env['BENCH_AUTHZ_NODE_OPTIONS'];
   const env = {
     XFF_NUM_TRUSTED_HOPS: '1', GEO_TRUSTED_CIDRS: '', RATE_LIMIT_SCOPE: 'local', RPS_PER_IP: '1000000', RATE_BURST: '1000000',
+    ...(nodeOptions === undefined || nodeOptions === '' ? {} : { NODE_OPTIONS: nodeOptions }),
   };
   log('starting the stack (Envoy, the TS process, Redis, the order backend)');
   const stack = await startStack({ env });
@@ -110,10 +128,13 @@ async function main(): Promise<void> {
     log(`ingesting ${known.length} markets through the edge`);
     await ingestMarkets(stack, known);
     const config = loadConfig({ ...stack.env });
-    const only = process.env['BENCH_ONLY']?.split(',');
     classes = requestClasses({
       market: known[0]!, known, maxLimit, orderMaxBytes: config.orderMaxBytes, payloadMaxBytes: config.orderPayloadMaxBytes, distinctQueries: 3_000,
-    }).filter((c, i) => i === 0 || only === undefined || only.includes(c.key));
+    });
+    const all = classes;
+    const unknown = only?.filter((k) => !all.some((c) => c.key === k)) ?? [];
+    if (unknown.length > 0) throw new Error(`--only/BENCH_ONLY: no class ${unknown.join(', ')} (classes: ${classes.map((c) => c.key).join(', ')})`);
+    classes = classes.filter((c, i) => i === 0 || only === undefined || only.includes(c.key));
     const files = new Map<string, { dataFile?: string; inputFile?: string }>();
     for (const c of classes) {
       const f: { dataFile?: string; inputFile?: string } = {};
@@ -207,9 +228,9 @@ ${markdownTable(
 
 - "× read" is the median over rounds of the class's TS CPU per request divided by the ordinary read's in the same round
   and mode. The TS process answers the Check of every request, and the market service for reads.
-- Orders: the body is read by the order scanner (authz/src/common/json-scan.ts): checked as JSON in one pass, nesting past
-  ${LIMIT.orderJsonDepth} levels refused as soon as the scan reaches it, only the envelope's four members decoded. An allowed order's payload
-  goes back to Envoy in the Check's answer (the order-body filter decodes it there), so a full payload crosses twice.
+- Orders: the body is read by the order scanner (authz/src/common/json-scan.ts): checked as JSON in one pass (one table look-up
+  a byte), nesting past ${LIMIT.orderJsonDepth} levels refused as soon as the scan reaches it, only the envelope's four members decoded. An allowed
+  order's answer says where the payload lies in the body (the order-body filter decodes it from there), so the payload crosses once.
 - Queries: ${LIMIT.queryIds} ids of 128 characters (a ~13 KB URL); each run's requests cycle through 3,000 distinct URLs, more than the page
   cache keeps, so every one reads Redis. A page of stored markets costs by its size (~1.6 KB a market here): \`idsKnown\` answers
   as much as \`limit=${LIMIT.queryIds}\` does, and \`pageMax\` is the largest page any client may ask for.

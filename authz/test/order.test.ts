@@ -7,7 +7,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import type { Decision } from '../src/authz/decision.ts';
 import { ERROR_STATUS } from '../src/common/errors.ts';
-import { ORDER_PAYLOAD_METADATA_KEY } from '../src/common/contract.ts';
+import { ORDER_PAYLOAD_AT_METADATA_KEY, ORDER_PAYLOAD_METADATA_KEY } from '../src/common/contract.ts';
 import { checkOrder, orderStage, parseOrder, type OrderDeps } from '../src/authz/stages/order.ts';
 import { decodeStrictBase64, strictBase64Length } from '../src/common/rules.ts';
 import type { MarketLookup, MarketMeta } from '../src/common/ports.ts';
@@ -284,6 +284,33 @@ test('order – parseOrder returns the envelope fields unchanged', () => {
   const o = parseOrder(order({ size: '0025.50' }), 32_768);
   assert.ok(!('allow' in o));
   assert.deepEqual(o, { marketId: '0xopen', deadline: NOW + 60, size: '0025.50', payload: PAYLOAD });
+});
+
+test('order – a body Envoy sent as exact bytes: the allow says where the payload\'s text lies in it, not the text', () => {
+  const body = Buffer.from(`{"marketId":"0xopen", "deadline":${NOW + 60},"size":"10",  "payload" : "${PAYLOAD}","x":[1]}`);
+  const o = parseOrder(body, 32_768, true);
+  assert.ok(!('allow' in o));
+  const [start, length] = o.payloadAt!.split(':').map(Number) as [number, number];
+  assert.equal(body.toString('latin1', start, start + length), PAYLOAD);
+  assert.equal(body[start - 1], 0x22, 'just after the opening quote');
+  assert.equal(body[start + length], 0x22, 'just before the closing quote');
+  const d = checkOrder(o, MARKETS[0], deps(fakeMarkets(MARKETS)), NOW);
+  assert.deepEqual(d.metadata, { [ORDER_PAYLOAD_AT_METADATA_KEY]: o.payloadAt });
+});
+
+test('order – the payload text itself when its JSON string has escapes or the body is not the exact bytes', () => {
+  // `\/` is `/`: the text JSON.parse gives differs from the bytes, so the position would be wrong.
+  const text = Buffer.from([0xfb, 0xff, 0x01]).toString('base64');
+  assert.ok(text.includes('/'));
+  const escaped = Buffer.from(`{"marketId":"0xopen","deadline":${NOW + 60},"size":"10","payload":${JSON.stringify(text).replaceAll('/', '\\/')}}`);
+  const o = parseOrder(escaped, 32_768, true);
+  assert.ok(!('allow' in o));
+  assert.equal(o.payload, text);
+  assert.equal(o.payloadAt, undefined);
+  assert.deepEqual(checkOrder(o, MARKETS[0], deps(fakeMarkets(MARKETS)), NOW).metadata, { [ORDER_PAYLOAD_METADATA_KEY]: text });
+  const fromString = parseOrder(order({}), 32_768, false);
+  assert.ok(!('allow' in fromString));
+  assert.equal(fromString.payloadAt, undefined, 'a body from the sanitized `body` string is not the bytes Envoy forwards');
 });
 
 test('order – checkOrder reads the clock it is given (deadline window moves with now)', () => {

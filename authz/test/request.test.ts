@@ -83,6 +83,8 @@ function fullDecode(wire: Buffer): AuthzInput {
     signature: headers.get('x-edge-signature'),
     requestId: headers.get('x-request-id'),
     body,
+    // Offsets into raw_body are offsets into what Envoy forwards; into the sanitized string, not.
+    ...(http.raw_body !== undefined ? { bodyExact: true } : {}),
     phase: req.attributes?.context_extensions?.['phase'] === 'headers' ? 'headers' : undefined,
     route: ((r) => (r === 'ingest' || r === 'order' || r === 'read' ? r : undefined))(req.attributes?.context_extensions?.['route']),
   };

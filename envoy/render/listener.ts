@@ -96,7 +96,10 @@ export const FIRST_REQUEST_TIMEOUT_MS = 10_000;
  * (the HCM then reads the same bytes), and the listener closes a connection that has not sent
  * one within FIRST_REQUEST_TIMEOUT_MS (`continue_on_listener_filters_timeout: false`). Bytes
  * that are not HTTP go on to the HCM, which answers 400. Counted by
- * `listener.edge.downstream_pre_cx_timeout`.
+ * `listener.edge.downstream_pre_cx_timeout`. A first line longer than the inspector's 64 KiB peek
+ * buffer (Envoy 1.40, not configurable) is a read error: the connection is reset unanswered
+ * (`http_inspector.read_error`), where a shorter one over the header limit gets 431
+ * (docs/reliability.md "Flakes and their causes").
  */
 export function firstRequestDeadline(): JsonObject {
   return {

@@ -2,7 +2,7 @@
  * The order-body Lua filter (envoy/order-body-lua.ts) and the per-route config that enables it.
  */
 import { errorJsonPrefix, errorJsonWithId } from '../../authz/src/common/errors.ts';
-import { ORDER_PAYLOAD_METADATA_KEY } from '../../authz/src/common/contract.ts';
+import { ORDER_PAYLOAD_AT_METADATA_KEY, ORDER_PAYLOAD_METADATA_KEY } from '../../authz/src/common/contract.ts';
 import { orderBodyLua } from '../order-body-lua.ts';
 import { typedConfig, type TypedConfig, type TypedExtension } from './common.ts';
 import { FILTER, ORDER_BODY_LUA, TYPE_URL } from './names.ts';
@@ -24,7 +24,7 @@ export function orderBodyFilter(): TypedExtension {
     name: FILTER.lua,
     disabled: true,
     typed_config: typedConfig(TYPE_URL.lua, {
-      source_codes: { [ORDER_BODY_LUA]: { inline_string: orderBodyLua(FILTER.extAuthz, ORDER_PAYLOAD_METADATA_KEY, ORDER_BODY_FAILURE_PREFIX) } },
+      source_codes: { [ORDER_BODY_LUA]: { inline_string: orderBodyLua(FILTER.extAuthz, ORDER_PAYLOAD_METADATA_KEY, ORDER_PAYLOAD_AT_METADATA_KEY, ORDER_BODY_FAILURE_PREFIX) } },
       // The script rewrites headers after ext_authz allowed the route; it must not be re-chosen.
       clear_route_cache: false,
     }),

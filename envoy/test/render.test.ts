@@ -629,7 +629,7 @@ describe('live Envoy 1.40 with the rendered config', { skip: envoyAvailable ? fa
     if (i.route !== 'order' || i.phase !== undefined) return ALLOW;
     // As the pipeline does: a body Envoy cut at ORDER_MAX_BYTES is over the limit.
     if (i.partialBody === true) return deny('payload_too_large');
-    const o = parseOrder(i.body, 32_768);
+    const o = parseOrder(i.body, 32_768, i.bodyExact === true);
     return 'allow' in o ? o : orderAllow(o);
   };
   let decide: (i: AuthzInput) => Decision | Promise<Decision> = orderOrAllow;
@@ -788,6 +788,10 @@ describe('live Envoy 1.40 with the rendered config', { skip: envoyAvailable ? fa
     'payload metadata with non-zero padding bits (AR==)': { ...ALLOW, metadata: { order_payload: 'AR==' } },
     'payload metadata with a misplaced =': { ...ALLOW, metadata: { order_payload: 'AA=AAAAA' } },
     'an empty payload': { ...ALLOW, metadata: { order_payload: '' } },
+    'a payload position that is not <start>:<length>': { ...ALLOW, metadata: { order_payload_at: '12-4' } },
+    'a payload position past the end of the body': { ...ALLOW, metadata: { order_payload_at: '1:100000' } },
+    'a payload position not between two quotes': { ...ALLOW, metadata: { order_payload_at: '3:4' } },
+    'a payload position of length 0': { ...ALLOW, metadata: { order_payload_at: '1:0' } },
   };
   for (const [name, d] of Object.entries(brokenAllows)) {
     test(`order-body filter: ${name} → 503 service_unavailable JSON, nothing reaches the backend`, async () => {
@@ -815,6 +819,26 @@ describe('live Envoy 1.40 with the rendered config', { skip: envoyAvailable ? fa
       const got = backend.seen.at(-1)!;
       assert.deepEqual(got.body, payload, `${payload.length} bytes`);
       assert.equal(got.headers['content-length'], String(payload.length));
+    }
+  });
+
+  test('order-body filter: a payload handed over by position and one whose JSON string has escapes (handed over as text) arrive byte-exact', async () => {
+    const payload = Buffer.from([0xfb, 0xff, 0xbf, 0x00, 0x3e, 0x3f]);
+    const text = payload.toString('base64');
+    assert.ok(text.includes('/') && text.includes('+'));
+    const deadline = Math.floor(Date.now() / 1000) + 600;
+    const plain = `{"marketId":"m1","deadline":${deadline},"size":"1","payload":"${text}"}`;
+    // PHP's json_encode and others write `/` as `\/`: the same payload.
+    const escaped = plain.replace(text, text.replaceAll('/', '\\/'));
+    for (const [body, by] of [[plain, 'position'], [escaped, 'text']] as const) {
+      const seen = backend.seen.length;
+      const at = inputs.length;
+      const res = await request(envoy.edgePort, 'POST', '/v1/orders', { ...client(), ...J }, body);
+      assert.equal(res.status, 201, res.body);
+      const decided = orderOrAllow(inputs.slice(at).find((i) => i.phase === undefined)!);
+      assert.ok(by === 'position' ? 'order_payload_at' in (decided.metadata ?? {}) : 'order_payload' in (decided.metadata ?? {}), `handed over by ${by}`);
+      assert.equal(backend.seen.length, seen + 1);
+      assert.deepEqual(backend.seen.at(-1)!.body, payload, by);
     }
   });
 

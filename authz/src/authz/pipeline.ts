@@ -120,7 +120,7 @@ export function evaluate(input: AuthzInput, deps: PipelineDeps): Decision | Prom
       if (input.phase !== undefined) return ALLOW;
       if (input.partialBody === true) return TOO_LARGE;
       // An allowed order carries the client's tier and jurisdiction to the backend.
-      return orderStage(input.body, deps.order, geo.orderHeaders);
+      return orderStage(input.body, deps.order, geo.orderHeaders, input.bodyExact === true);
     default:
       return ALLOW;
   }

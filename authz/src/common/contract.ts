@@ -110,6 +110,14 @@ export const JURISDICTION_NONE = 'ZZ';
 export const ORDER_PAYLOAD_METADATA_KEY = 'order_payload';
 
 /**
+ * The dynamic-metadata key that, instead of the payload itself, tells the Lua filter where the
+ * payload's base64 text lies in the body Envoy buffered: `<start>:<length>`, byte offsets of the
+ * text between the JSON string's quotes. Used when the Check carried the exact bytes (raw_body)
+ * and the string has no escapes, so those bytes are the base64 text; else ORDER_PAYLOAD_METADATA_KEY.
+ */
+export const ORDER_PAYLOAD_AT_METADATA_KEY = 'order_payload_at';
+
+/**
  * The global rate limit's protocol contract (envoy.service.ratelimit.v3.RateLimitService): the
  * domain Envoy's ratelimit filter asks for and the descriptors its actions produce — the same
  * two the local limiter uses. Exactly one matches a request: an IPv4 client (an IPv4-mapped one

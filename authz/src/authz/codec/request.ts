@@ -37,6 +37,11 @@ export interface AuthzInput {
   /** Raw body bytes (`raw_body`, pack_as_bytes) or, failing that, the UTF-8 `body` string's bytes. */
   body: Buffer | undefined;
   /**
+   * True when `body` is the exact bytes Envoy buffered (`raw_body`): offsets into it are offsets
+   * into the body Envoy forwards. Not so for the `body` string, which Envoy sanitizes to UTF-8.
+   */
+  bodyExact?: boolean;
+  /**
    * True when Envoy sent only the first max_request_bytes of a longer body (it adds
    * `x-envoy-auth-partial-body: true` itself and drops any client copy of that header): the body
    * is over the route's limit and must be answered 413, never judged truncated.
@@ -130,7 +135,10 @@ function readHttp(r: ProtoReader, end: number, input: AuthzInput, s: Scratch): v
         break;
       }
       case (11 << 3) | 2: s.bodyText = r.string(); break;
-      case (12 << 3) | 2: input.body = r.bytes() as Buffer; break;
+      case (12 << 3) | 2:
+        input.body = r.bytes() as Buffer;
+        input.bodyExact = true;
+        break;
       case (13 << 3) | 2:
         readSubmessage(r, (e) => {
           while (r.pos < e) {

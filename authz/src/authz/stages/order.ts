@@ -1,7 +1,8 @@
 /**
  * Order policy (docs/api.md "POST /v1/orders"): envelope fields → market → deadline → size.
- * The payload is validated as strict base64 without decoding it: an allowed order hands the
- * payload to Envoy as dynamic metadata, and the order-body Lua filter (envoy/order-body-lua.ts)
+ * The payload is validated as strict base64 without decoding it: an allowed order tells Envoy,
+ * as dynamic metadata, where the payload's text lies in the body (or, when its JSON string has
+ * escapes, hands over the text itself), and the order-body Lua filter (envoy/order-body-lua.ts)
  * decodes it into the request body after this Check.
  */
 import { deny, type Decision, type Header } from '../decision.ts';
@@ -9,7 +10,7 @@ import { compareDecimal } from '../../common/feed/schema.ts';
 import type { Clock, MarketLookup, MarketMeta } from '../../common/ports.ts';
 import { LIMIT, RE, strictBase64Length } from '../../common/rules.ts';
 import { jsonObjectScanner } from '../../common/json-scan.ts';
-import { HEADER, ORDER_PAYLOAD_METADATA_KEY } from '../../common/contract.ts';
+import { HEADER, ORDER_PAYLOAD_AT_METADATA_KEY, ORDER_PAYLOAD_METADATA_KEY } from '../../common/contract.ts';
 
 
 export interface OrderDeps {
@@ -26,6 +27,13 @@ export interface OrderEnvelope {
   readonly deadline: number;
   readonly size: string;
   readonly payload: string;
+  /**
+   * Where the payload's base64 text lies in the body, `<start>:<length>` in bytes, when the body
+   * is the exact bytes Envoy forwards and the JSON string has no escapes (its bytes are the
+   * payload's text): the Lua filter then decodes it from the body, and the payload does not cross
+   * back to Envoy in the Check's answer.
+   */
+  readonly payloadAt?: string;
 }
 
 const NO_GEO_HEADERS: readonly Header[] = [];
@@ -52,8 +60,12 @@ const STORE_DOWN = deny('service_unavailable', 'market store unavailable; the or
  */
 const scanOrder = jsonObjectScanner(['marketId', 'deadline', 'size', 'payload'], LIMIT.orderJsonDepth);
 
-/** Parses and shape-checks the envelope; returns it or a denial. */
-export function parseOrder(body: Buffer | undefined, payloadMax: number): OrderEnvelope | Decision {
+/**
+ * Parses and shape-checks the envelope; returns it or a denial. `bodyExact`: `body` is the bytes
+ * Envoy buffered and will forward (AuthzInput.bodyExact), so the payload may be handed over by
+ * position (OrderEnvelope.payloadAt).
+ */
+export function parseOrder(body: Buffer | undefined, payloadMax: number, bodyExact = false): OrderEnvelope | Decision {
   if (body === undefined || body.length === 0) return BAD_JSON;
   const scan = scanOrder(body);
   if (!scan.ok) return scan.reason === 'depth' ? TOO_DEEP : BAD_JSON;
@@ -65,6 +77,8 @@ export function parseOrder(body: Buffer | undefined, payloadMax: number): OrderE
   const len = strictBase64Length(payload);
   if (len < 1) return F_PAYLOAD;
   if (len > payloadMax) return deny('invalid_order', `payload decodes to more than ${payloadMax} bytes`, 'payload');
+  const at = scan.spans.payload;
+  if (bodyExact && at !== undefined && !at.escaped) return { marketId, deadline, size, payload, payloadAt: `${at.start}:${at.end - at.start}` };
   return { marketId, deadline, size, payload };
 }
 
@@ -84,7 +98,8 @@ export function orderAllow(o: OrderEnvelope, geoHeaders: readonly Header[] = NO_
     [HEADER.size, o.size],
   ];
   for (let i = 0; i < geoHeaders.length; i++) headers.push(geoHeaders[i]!);
-  return { allow: true, code: 'ok', httpStatus: 200, reason: 'allowed', headers, body: '', metadata: { [ORDER_PAYLOAD_METADATA_KEY]: o.payload } };
+  const metadata: Record<string, string> = o.payloadAt === undefined ? { [ORDER_PAYLOAD_METADATA_KEY]: o.payload } : { [ORDER_PAYLOAD_AT_METADATA_KEY]: o.payloadAt };
+  return { allow: true, code: 'ok', httpStatus: 200, reason: 'allowed', headers, body: '', metadata };
 }
 
 /** Checks the envelope against the market record and the clock. */
@@ -101,8 +116,8 @@ export function checkOrder(o: OrderEnvelope, m: MarketMeta | undefined, deps: Or
 }
 
 /** The whole order policy; synchronous when the market is in the cache. */
-export function orderStage(body: Buffer | undefined, deps: OrderDeps, geoHeaders: readonly Header[] = NO_GEO_HEADERS): Decision | Promise<Decision> {
-  const parsed = parseOrder(body, deps.orderPayloadMaxBytes);
+export function orderStage(body: Buffer | undefined, deps: OrderDeps, geoHeaders: readonly Header[] = NO_GEO_HEADERS, bodyExact = false): Decision | Promise<Decision> {
+  const parsed = parseOrder(body, deps.orderPayloadMaxBytes, bodyExact);
   if ('allow' in parsed) return parsed;
   let market;
   try {
