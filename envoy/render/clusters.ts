@@ -127,14 +127,13 @@ export function rateLimitTokenSecrets(config: Config): JsonObject[] {
  */
 export function rateLimitCluster(config: Config): JsonObject {
   const { host, port } = config.rateLimitService ?? { host: config.authzAddress, port: config.authzGrpcPort };
-  // The TS service's own RateLimitService is on its gRPC server: on AUTHZ_GRPC_SOCKET when that is set.
-  const socket = config.rateLimitService === undefined ? config.authzGrpcSocket : undefined;
   return {
     name: CLUSTER.rateLimit,
-    ...tsEndpoint(CLUSTER.rateLimit, socket, host, port),
+    ...discovery(host, 'STRICT_DNS'),
     connect_timeout: '1s',
+    load_assignment: loadAssignment(CLUSTER.rateLimit, host, port),
     circuit_breakers: thresholds(100_000),
-    ...tsConnectionOptions(socket),
+    upstream_connection_options: TCP_KEEPALIVE,
     typed_extension_protocol_options: httpProtocolOptions({
       common_http_protocol_options: { idle_timeout: '3600s' },
       explicit_http_config: {

@@ -8,7 +8,7 @@
  *   on is "in use" (two services on one path would split Envoy's traffic), and a path that is not a
  *   socket is never removed.
  * - After listening (`ownSocket`): the file is made 0660 (owner and group: in the pod Envoy reaches it
- *   through the shared fsGroup; under npm start both run as one user), and its inode is recorded
+ *   through the shared fsGroup; under npm start both run as one user), and its inode and change time are recorded
  *   so that it is removed at exit (`removeOwnSocket`) only while it is still the one this process made.
  */
 import { chmodSync, lstatSync, mkdirSync, unlinkSync } from 'node:fs';
@@ -70,12 +70,17 @@ export async function prepareSocket(path: string): Promise<boolean> {
   return true;
 }
 
-const owned = new Map<string, number>();
+/** The file each socket path had when this process made it: inode and change time (an inode number alone can be reused at once). */
+const owned = new Map<string, string>();
+const identity = (path: string): string => {
+  const st = lstatSync(path, { bigint: true });
+  return `${st.dev}:${st.ino}:${st.ctimeNs}`;
+};
 
 /** After listening: 0660, and (with `remove`) remembered for removal at exit. */
 export function ownSocket(path: string, remove = true): void {
   chmodSync(path, SOCKET_MODE);
-  if (remove) owned.set(path, lstatSync(path).ino);
+  if (remove) owned.set(path, identity(path));
 }
 
 /** The configured sockets with the setting naming each (for messages). */
@@ -106,11 +111,11 @@ export class SocketListenError extends Error {
 
 /** Removes the socket file at `path` if it is still the one `ownSocket` recorded (never another process's). */
 export function removeOwnSocket(path: string): void {
-  const ino = owned.get(path);
-  if (ino === undefined) return;
+  const id = owned.get(path);
+  if (id === undefined) return;
   owned.delete(path);
   try {
-    if (lstatSync(path).ino === ino) unlinkSync(path);
+    if (identity(path) === id) unlinkSync(path);
   } catch { /* already gone */ }
 }
 
