@@ -12,7 +12,9 @@
  * Load: h2load --h1 from 127.0.0.1, which GEO_TRUSTED_CIDRS (default 127.0.0.0/8) trusts, so geo
  * allows it without a GeoIP lookup; every request carries 7 browser-like headers.
  *
- * Env: BENCH_ROUNDS (4), BENCH_SECONDS (3), BENCH_NO_DOCS=1 to leave docs/benchmarks.md alone.
+ * Env: BENCH_ROUNDS (4), BENCH_SECONDS (3), BENCH_NO_DOCS=1 to leave docs/benchmarks.md alone,
+ * BENCH_STACKS=3,3u (a comma-separated subset of the stacks, (3) always included: a focused
+ * comparison such as Unix sockets against TCP; the docs are then left alone, the table is partial).
  * Quickest check (~35 s): BENCH_NO_DOCS=1 BENCH_ROUNDS=1 BENCH_SECONDS=1 npm run bench:edge.
  */
 import { join } from 'node:path';
@@ -77,7 +79,7 @@ async function main(): Promise<void> {
     log(`TS process: global limit answers without the bucket: ${open.length === 0 ? 'none' : open.join(', ')}`);
     if (open.length > 0) errors.push(`the TS process (global limit failed open): ${open.map((b) => `\`${b}\``).join(', ')}`);
     const body = report(samples, edge, machineLine(h2load), errors);
-    writeBenchmarksSection('## Edge data plane (Envoy)', body);
+    if (process.env['BENCH_STACKS'] === undefined) writeBenchmarksSection('## Edge data plane (Envoy)', body);
     process.stdout.write(`${body}\n`);
   } finally {
     await edge.stop();

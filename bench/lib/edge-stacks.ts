@@ -149,7 +149,10 @@ export async function startEdge(dir: string, log: (m: string) => void): Promise<
       ['4', '(4) full edge + global rate limit', grpcPort, ts.pid],
       ['3u', '(3u) full edge, Unix sockets', grpcPort, ts.pid],
     ] as const;
+    // BENCH_STACKS: a subset (bench/edge.ts); (3) always, the market is ingested through it.
+    const only = process.env['BENCH_STACKS']?.split(',').map((x) => x.trim());
     for (const [name, label, authzPort, authzPid] of variants) {
+      if (only !== undefined && name !== '3' && !only.includes(name)) continue;
       const [port, envoyAdmin] = [await freePort(), await freePort()];
       const config = loadConfig({
         ...base, EDGE_PORT: String(port), ENVOY_ADMIN_PORT: String(envoyAdmin), AUTHZ_GRPC_PORT: String(authzPort),
