@@ -3,18 +3,18 @@
  * upstreams (bench/lib/edge-stacks.ts): (1) bare Envoy, (2) the production filters with an
  * allow-all ext_authz (the floor), (3) the full edge with the real TS process, (3*) the same with
  * every request header sent to authz, (4) the full edge with the global rate limit (its bucket taken
- * in the ext_authz Check). For reads
+ * in the ext_authz Check), (3u) the full edge over Unix domain sockets to the TS process. For reads
  * (`GET /v1/markets`, one market) and orders (`POST /v1/orders`, 256-byte payload to the mTLS
  * backend), in interleaved rounds: at saturation (req/s) and at a fixed 1,000 req/s (p50/p99); CPU
  * µs per request of every server process from /proc. Targets: (3) ≥ 90 % of (2)'s req/s; p99 added
- * by (3) over (1) ≤ 2 ms; (4) ≥ 80 % of (3)'s req/s.
+ * by (3) over (1) ≤ 2 ms; (4) ≥ 80 % of (3)'s req/s; (3u) against (3): UDS is the default where it is faster.
  *
  * Load: h2load --h1 from 127.0.0.1, which GEO_TRUSTED_CIDRS (default 127.0.0.0/8) trusts, so geo
  * allows it without a GeoIP lookup; every request carries 7 browser-like headers.
  *
  * Env: BENCH_ROUNDS (4), BENCH_SECONDS (3), BENCH_NO_DOCS=1 to leave docs/benchmarks.md alone,
  * BENCH_MODES (`sat,fixed`; `sat`: saturation only, with BENCH_NO_DOCS=1), BENCH_STACKS (all; e.g.
- * `2,4,4-`: only those are measured, with BENCH_NO_DOCS=1).
+ * `2,4,4-` or `3,3u`: only those are measured, (3) always started; the docs are then left alone).
  * Quickest check (~35 s): BENCH_NO_DOCS=1 BENCH_ROUNDS=1 BENCH_SECONDS=1 npm run bench:edge.
  */
 import { join } from 'node:path';
@@ -82,7 +82,7 @@ async function main(): Promise<void> {
     log(`TS process: global limit answers without the bucket: ${open.length === 0 ? 'none' : open.join(', ')}`);
     if (open.length > 0) errors.push(`the TS process (global limit failed open): ${open.map((b) => `\`${b}\``).join(', ')}`);
     const body = report(samples, edge, machineLine(h2load), errors);
-    writeBenchmarksSection('## Edge data plane (Envoy)', body);
+    if (process.env['BENCH_STACKS'] === undefined) writeBenchmarksSection('## Edge data plane (Envoy)', body);
     process.stdout.write(`${body}\n`);
   } finally {
     await edge.stop();
@@ -175,6 +175,16 @@ function report(samples: Samples, edge: Edge, machine: string, errors: readonly 
     targets.push([epName(ep), '(4) global rate limit with leases ≥ 90 % of the floor (2) req/s at saturation',
       `${fmt(floorRatio('4') * 100)} % (without leases, (4−): ${fmt(floorRatio('4-') * 100)} %; requests per Redis call ${perCallOf('4', 'sat')} with leases, `
       + `${perCallOf('4-', 'sat')} without; all servers' CPU per request ${fmt(paired('sat', '4', '4-', ep, (x, y) => x.totalUs - y.totalUs), 1)} µs with leases vs without)`, met(floorRatio('4') >= 0.9)]);
+    // Unix sockets against loopback TCP: (3u) against (3) in the same round (docs/envoy.md "Unix domain sockets").
+    const udsRatio = paired('sat', '3u', '3', ep, (x, y) => x.rps / y.rps);
+    const udsDiff = (mode: Mode, f: (x: Sample) => number): string => {
+      const d = paired(mode, '3u', '3', ep, (x, y) => f(x) - f(y));
+      return `${d >= 0 ? '+' : ''}${fmt(d, 1)}`;
+    };
+    const udsP99 = paired(MODES.includes('fixed') ? 'fixed' : 'sat', '3u', '3', ep, (x, y) => x.p99 - y.p99) / 1000;
+    targets.push([epName(ep), '(3u) Unix sockets ≥ (3) loopback TCP req/s at saturation (UDS the default)',
+      `${fmt(udsRatio * 100, 1)} %; CPU µs/req at saturation Envoy ${udsDiff('sat', (x) => x.envoyUs)}, TS process ${udsDiff('sat', (x) => x.authzUs)}, `
+      + `all servers ${udsDiff('sat', (x) => x.totalUs)}; p99 ${MODES.includes('fixed') ? 'at 1,000 req/s' : 'at saturation'} ${udsP99 >= 0 ? '+' : ''}${fmt(udsP99, 2)} ms`, met(udsRatio >= 1)]);
     // What `allowedHeaders: minimal` buys over `all`: (3*) − (3) in the same round.
     for (const [mode, label] of [['fixed', 'at 1,000 req/s'], ['sat', 'at saturation']] as const) {
       const diff = (f: (x: Sample) => number): string => fmt(paired(mode, '3*', '3', ep, (x, y) => f(x) - f(y)), 1);
@@ -251,6 +261,10 @@ header of the request (the browser-like ones, h2load's, Envoy's own \`x-forwarde
   during (4)'s runs. Every request here comes from one client address, as in every stack. The error counters below include
   any bucket answer that failed open (the TS process's \`edge_ratelimit_redis_errors_total\`/\`edge_ratelimit_late_total\`:
   it would flatter its throughput).
+- Stack (3u) is (3) with \`AUTHZ_GRPC_SOCKET\` and \`MARKET_SOCKET\` set: Envoy's \`authz\` and \`market\` clusters are
+  \`pipe\` endpoints on the same TS process, which listens on its TCP ports (for the other stacks) and on the sockets.
+  Its row in the targets: req/s of (3u) over (3) and the CPU per request difference of each process, (3u) − (3) in
+  the same round (negative: cheaper over the socket).
 - Stack (1) is renderEnvoy's production bootstrap parsed back and stripped to the router filter
   (bench/lib/edge-stacks.ts \`bare()\`), so listener, routes, clusters, upstream TLS and the access log are identical;
   it forwards the order JSON as is (no order-body filter), the others send the decoded 256 bytes (the preflight checks

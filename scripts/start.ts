@@ -47,6 +47,8 @@ import { checkSettingNames, ConfigError, DEFAULT_GEOIP_DB, loadConfig, type Conf
 import { checkDatabases } from '../authz/src/common/adapters/databases.ts';
 import { loadCredentials, parseHmacKey, secretSetting } from '../authz/src/common/credentials.ts';
 import { checkSealFileWritable, readSealFile, unsealHint } from '../authz/src/common/seal-file.ts';
+import { socketPathProblem } from '../authz/src/common/unix-socket.ts';
+import { getOverSocket } from './dev/unix-http.ts';
 import { readTokenFile } from '../authz/src/common/token.ts';
 import { envoyBinary } from '../envoy/envoy-bin.ts';
 import { renderEnvoy, serverSdsPath } from '../envoy/render.ts';
@@ -101,6 +103,19 @@ const ADMIN_TOKEN_DEFAULT = join(RUN, 'admin-token');
 if (blank('AUTHZ_ADMIN_TOKEN_FILE')) env['AUTHZ_ADMIN_TOKEN_FILE'] = ADMIN_TOKEN_DEFAULT;
 if (blank('AUTHZ_SEAL_FILE')) env['AUTHZ_SEAL_FILE'] = join(RUN, 'sealed');
 const SEAL_FILE = (env['AUTHZ_SEAL_FILE'] ?? '').trim();
+/**
+ * Envoy reaches the TS service over Unix sockets in the run directory (AUTHZ_GRPC_SOCKET,
+ * MARKET_SOCKET; docs/envoy.md "Unix domain sockets": measured faster than loopback TCP), unless
+ * the setting is given (`off`: TCP), the service is elsewhere (AUTHZ_ADDRESS / MARKET_ADDRESS), the
+ * rate limit service is named by address, or the run directory's path is too long for a socket address.
+ */
+const UDS_NOTES: string[] = [];
+for (const [name, addressName, file] of [['AUTHZ_GRPC_SOCKET', 'AUTHZ_ADDRESS', 'authz.sock'], ['MARKET_SOCKET', 'MARKET_ADDRESS', 'market.sock']] as const) {
+  if (!blank(name) || !blank(addressName) || (name === 'AUTHZ_GRPC_SOCKET' && !blank('RATELIMIT_SERVICE_ADDRESS'))) continue;
+  const path = join(RUN, 'sockets', file);
+  if (socketPathProblem(path) === undefined) env[name] = path;
+  else UDS_NOTES.push(`${name}: TCP (the run directory's socket path ${path} is too long for a Unix socket address; set ${name} to a shorter path)`);
+}
 /** Whether the stack is sealed: the marker is present (any form: fail closed, as the service reads it). */
 const sealed = (): boolean => readSealFile(SEAL_FILE) !== undefined;
 
@@ -141,7 +156,10 @@ function checkSettings(): Plan {
   checkDatabases(config);
   const runsBackend = blank('ORDER_BACKEND_URL');
   const ports: [string, number][] = [
-    ['EDGE_PORT', config.edgePort], ['AUTHZ_GRPC_PORT', config.authzGrpcPort], ['MARKET_PORT', config.marketPort],
+    ['EDGE_PORT', config.edgePort],
+    // With a socket, AUTHZ_GRPC_PORT / MARKET_PORT are listened on only when set (config.ts).
+    ...(config.authzGrpcTcp ? [['AUTHZ_GRPC_PORT', config.authzGrpcPort] as [string, number]] : []),
+    ...(config.marketTcp ? [['MARKET_PORT', config.marketPort] as [string, number]] : []),
     ['AUTHZ_ADMIN_PORT', config.authzAdminPort], ['ENVOY_ADMIN_PORT', config.envoyAdminPort],
     // Ingest on a listener of its own only when INGEST_PORT is set; else on EDGE_PORT as every route.
     ...(config.ingestPort === undefined ? [] : [['INGEST_PORT', config.ingestPort] as [string, number]]),
@@ -504,14 +522,22 @@ function failure(err: unknown): string {
   return code ?? e.cause?.message ?? e.message ?? String(err);
 }
 
+/** GET `url`, through the Unix socket `socketPath` when given (MARKET_SOCKET: only the URL's path counts then). */
+async function get(url: string, socketPath: string | undefined): Promise<{ status: number; body: string }> {
+  if (socketPath !== undefined) return getOverSocket(socketPath, new URL(url).pathname);
+  const res = await fetch(url, { signal: AbortSignal.timeout(2000) });
+  return { status: res.status, body: await res.text() };
+}
+
 /** GET `url`: ready on 200; else its status and the start of its body (one line). */
-const httpOk = (url: string) => async (): Promise<Probe> => {
+const httpOk = (url: string, socketPath?: string) => async (): Promise<Probe> => {
   try {
-    const res = await fetch(url, { signal: AbortSignal.timeout(2000) });
-    const body = (await res.text()).replace(/\s+/g, ' ').trim().slice(0, 200);
-    return { ok: res.status === 200, answer: `GET ${url} answered ${res.status}${body === '' ? '' : ` ${body}`}` };
+    const res = await get(url, socketPath);
+    const body = res.body.replace(/\s+/g, ' ').trim().slice(0, 200);
+    const shownUrl = socketPath === undefined ? url : `${new URL(url).pathname} on ${socketPath}`;
+    return { ok: res.status === 200, answer: `GET ${shownUrl} answered ${res.status}${body === '' ? '' : ` ${body}`}` };
   } catch (err) {
-    return { ok: false, answer: `GET ${url}: ${failure(err)}` };
+    return { ok: false, answer: `GET ${socketPath === undefined ? url : `${new URL(url).pathname} on ${socketPath}`}: ${failure(err)}` };
   }
 };
 const tcpOpen = (port: number) => (): Promise<Probe> => new Promise((resolve) => {
@@ -557,19 +583,19 @@ async function waitForRedis(url: string, ms: number): Promise<string | undefined
   }
 }
 /** Whether `url` answers 503 `sealed` (docs/api.md "Seal"). */
-const answersSealed = (url: string) => async (): Promise<boolean> => {
+const answersSealed = (url: string, socketPath?: string) => async (): Promise<boolean> => {
   try {
-    const r = await fetch(url, { signal: AbortSignal.timeout(2000) });
-    return r.status === 503 && ((await r.json()) as { error?: unknown }).error === 'sealed';
+    const r = await get(url, socketPath);
+    return r.status === 503 && (JSON.parse(r.body) as { error?: unknown }).error === 'sealed';
   } catch {
     return false;
   }
 };
 /** `probe`, or — while the stack is sealed (AUTHZ_SEAL_FILE present) — `url` answering 503 sealed: a sealed service is up. */
-const orSealed = (probe: () => Promise<Probe>, url: string) => async (): Promise<Probe> => {
+const orSealed = (probe: () => Promise<Probe>, url: string, socketPath?: string) => async (): Promise<Probe> => {
   const p = await probe();
   if (p.ok || !sealed()) return p;
-  return (await answersSealed(url)()) ? { ok: true, answer: `GET ${url} answered 503 sealed` } : p;
+  return (await answersSealed(url, socketPath)()) ? { ok: true, answer: `GET ${url} answered 503 sealed` } : p;
 };
 
 /** SIGTERM, then up to `ms` for it to exit; SIGKILL to its process group after that. */
@@ -806,10 +832,19 @@ if (devEdgeTls === '1' && blank('EDGE_TLS_CERT_FILE') && blank('EDGE_TLS_KEY_FIL
 }
 
 const config = loadConfig(env);
+/** Where the TS service's own GET /healthz is asked: MARKET_PORT, or MARKET_SOCKET when it listens on that only. */
+const marketBase = `http://127.0.0.1:${config.marketPort}`;
+const marketVia = config.marketTcp ? undefined : config.marketSocket;
+const authzGrpcShown = config.authzGrpcSocket === undefined
+  ? `127.0.0.1:${config.authzGrpcPort}   (.venv/bin/grpcurl -plaintext 127.0.0.1:${config.authzGrpcPort} list)`
+  : `${config.authzGrpcSocket}${config.authzGrpcTcp ? ` and 127.0.0.1:${config.authzGrpcPort}` : ''}   (.venv/bin/grpcurl -plaintext -unix ${config.authzGrpcSocket} list)`;
+const marketShown = config.marketSocket === undefined ? `127.0.0.1:${config.marketPort}`
+  : `${config.marketSocket}${config.marketTcp ? ` and 127.0.0.1:${config.marketPort}` : ''}   (curl --unix-socket ${config.marketSocket} http://market/healthz)`;
+for (const note of UDS_NOTES) say(note);
 const authz: Service = {
   name: 'authz', label: 'the TS service', cmd: join(ROOT, 'scripts', 'node'), args: [join(ROOT, 'authz/src/main.ts')],
   // Its own health (authz not sealed, GeoIP and the store ready), asked directly: no geo on the way.
-  env: withServiceRuntime(Object.fromEntries(Object.entries(env).filter(([k]) => !plan.unknown.includes(k)))), ready: orSealed(httpOk(`http://127.0.0.1:${config.marketPort}/healthz`), `http://127.0.0.1:${config.marketPort}/`), delayMs: 500, restarts: 0,
+  env: withServiceRuntime(Object.fromEntries(Object.entries(env).filter(([k]) => !plan.unknown.includes(k)))), ready: orSealed(httpOk(`${marketBase}/healthz`, marketVia), `${marketBase}/`, marketVia), delayMs: 500, restarts: 0,
 };
 services.set('authz', authz);
 launch(authz);
@@ -884,12 +919,12 @@ if (!stopping && sealed()) {
   Ctrl-C stops everything.`);
 } else if (!stopping) {
   supervising = true;
-  say(`READY  the TS service GET 127.0.0.1:${config.marketPort}/healthz → 200, Envoy admin GET /ready → 200
+  say(`READY  the TS service GET ${marketVia === undefined ? `127.0.0.1:${config.marketPort}` : marketVia} /healthz → 200, Envoy admin GET /ready → 200
   this machine  GET ${edge}/healthz → ${await throughTheEdge()}
   clients       ${edge}   ${config.edgeTls === undefined ? '' : `(TLS: curl ${cacert}${edge}/healthz) `}(Envoy; per-IP rate limit ${config.rpsPerIp}/s burst ${config.rateBurst}, ${config.rateLimitScope === 'global' ? 'global: across replicas, in Redis' : 'local: per Envoy'})
   ingest        ${config.ingestPort === undefined ? `${edge}/internal/ingest/market   (the client port: INGEST_PORT unset)` : `${ingestUrl}/internal/ingest/market   (its own listener, INGEST_PORT on ${config.ingestBindAddress}; the client port answers that path 404)`}
-  authz gRPC    127.0.0.1:${config.authzGrpcPort}   (.venv/bin/grpcurl -plaintext 127.0.0.1:${config.authzGrpcPort} list)
-  market        127.0.0.1:${config.marketPort}
+  authz gRPC    ${authzGrpcShown}
+  market        ${marketShown}
   metrics       http://127.0.0.1:${config.authzAdminPort}/metrics
   seal          curl -X POST -H "authorization: Bearer $(cat ${shownPath(env['AUTHZ_ADMIN_TOKEN_FILE'] ?? '')})" http://127.0.0.1:${config.authzAdminPort}/admin/seal
                 (kept in ${shownPath(SEAL_FILE)}: restarts stay sealed until it is removed; docs/operations.md "Seal and unseal")

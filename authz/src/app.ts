@@ -2,7 +2,9 @@
  * Composition root: builds every adapter from the config and wires the authz core, the
  * market service and the seal. Used by process.ts (and by the e2e suite via `npm run authz`).
  */
+import cluster from 'node:cluster';
 import { listenAs } from './common/listen-error.ts';
+import { listenAtSocket, ownSocket, prepareSocket, removeOwnSocket, removeOwnSocketsAtExit, socketSettings } from './common/unix-socket.ts';
 import type { Redis } from 'ioredis';
 import { GeoDatabase, regionRuleOf } from './common/adapters/geoip.ts';
 import { AnonymizerDatabase } from './common/adapters/anonymizer.ts';
@@ -152,6 +154,7 @@ export async function createApp(config: Config, logger: Logger, hooks: { onSeale
     geoblock: withAnonymizer(createGeoClassifier(config, geo), core.pipeline.anonymizer?.blocks),
     host: config.marketBindAddress,
     port: config.marketPort,
+    ...(config.marketSocket === undefined ? {} : { socket: config.marketSocket, tcp: config.marketTcp }),
   });
 
   if (marker !== undefined) metrics.setSealed(true);
@@ -160,10 +163,33 @@ export async function createApp(config: Config, logger: Logger, hooks: { onSeale
   return {
     metrics,
     async start() {
-      const grpcPort = await listenAs('AUTHZ_GRPC_PORT', config.bindAddress, config.authzGrpcPort, () => core.grpc.listen(config.bindAddress, config.authzGrpcPort));
-      const marketPort = await listenAs('MARKET_PORT', config.marketBindAddress, config.marketPort, () => market.listen());
+      // Unix sockets (AUTHZ_GRPC_SOCKET, MARKET_SOCKET): a stale file from a crashed run is
+      // removed first (unless a cluster primary did so before forking), 0660 once listening,
+      // removed at exit (common/unix-socket.ts).
+      if (!cluster.isWorker) {
+        for (const [setting, path] of socketSettings(config)) await listenAtSocket(setting, path, () => prepareSocket(path).then((stale) => {
+          if (stale) logger.warn({ socket: path }, 'removed a stale socket file (a previous run did not exit cleanly)');
+        }));
+      }
+      const grpcPort = config.authzGrpcTcp
+        ? await listenAs('AUTHZ_GRPC_PORT', config.bindAddress, config.authzGrpcPort, () => core.grpc.listen(config.bindAddress, config.authzGrpcPort))
+        : 0;
+      if (config.authzGrpcSocket !== undefined) {
+        const path = config.authzGrpcSocket;
+        await listenAtSocket('AUTHZ_GRPC_SOCKET', path, () => core.grpc.listenSocket(path));
+      }
+      const marketPort = await (config.marketTcp
+        ? listenAs('MARKET_PORT', config.marketBindAddress, config.marketPort, () => market.listen())
+        : listenAtSocket('MARKET_SOCKET', config.marketSocket ?? '', () => market.listen()));
+      // A cluster worker's sockets are the primary's (it holds the listening handle): made 0660
+      // here, removed by the primary.
+      if (!cluster.isWorker) removeOwnSocketsAtExit();
+      for (const [, path] of socketSettings(config)) ownSocket(path, !cluster.isWorker);
       core.grpc.setServing(!sealState.sealed);
-      logger.info({ grpcPort, marketPort, adminPort: config.authzAdminPort, redis: redis !== undefined }, sealState.sealed ? 'edge authz started SEALED' : 'edge authz ready');
+      logger.info({
+        grpcPort: config.authzGrpcTcp ? grpcPort : undefined, marketPort: config.marketTcp ? marketPort : undefined,
+        grpcSocket: config.authzGrpcSocket, marketSocket: config.marketSocket, adminPort: config.authzAdminPort, redis: redis !== undefined,
+      }, sealState.sealed ? 'edge authz started SEALED' : 'edge authz ready');
     },
     quietMs: () => sealState.quietMs(),
     seal(reason) {
@@ -179,6 +205,7 @@ export async function createApp(config: Config, logger: Logger, hooks: { onSeale
     async stop() {
       await core.grpc.close(1000);
       await market.close();
+      for (const [, path] of socketSettings(config)) removeOwnSocket(path);
       await store.close();
       for (const fn of stops) await fn();
       geo?.close();

@@ -11,6 +11,7 @@ import type { Config } from './common/config.ts';
 import { listenAs } from './common/listen-error.ts';
 import type { Logger } from './common/log.ts';
 import { writeSealFile } from './common/seal-file.ts';
+import { listenAtSocket, ownSocket, prepareSocket, removeOwnSocketsAtExit, socketSettings } from './common/unix-socket.ts';
 import { readTokenFile, type TokenCheck } from './common/token.ts';
 
 /**
@@ -150,6 +151,8 @@ export function runPrimary(config: Config, logger: Logger): void {
     w.on('message', (msg: unknown) => {
       if (msg !== 'edge:ready' || ready) return;
       ready = true;
+      // The listening sockets are this process's (node:cluster binds them here): removed at its exit.
+      for (const [, path] of socketSettings(config)) ownSocket(path);
       if (first) starting--;
     });
     w.on('exit', (code, signal) => {
@@ -166,7 +169,21 @@ export function runPrimary(config: Config, logger: Logger): void {
       }
     });
   };
-  for (let i = 0; i < n; i++) fork();
+  // A stale socket file from a crashed run is removed once, here, before any worker listens
+  // (common/unix-socket.ts); each worker's listen is then served by this process's handle.
+  removeOwnSocketsAtExit();
+  (async () => {
+    for (const [setting, path] of socketSettings(config)) {
+      await listenAtSocket(setting, path, async () => {
+        if (await prepareSocket(path)) logger.warn({ socket: path }, 'removed a stale socket file (a previous run did not exit cleanly)');
+      });
+    }
+  })().then(() => {
+    for (let i = 0; i < n; i++) fork();
+  }, (err: unknown) => {
+    logger.fatal({ err: err instanceof Error ? err.message : String(err) }, 'start-up failed');
+    fail();
+  });
   const registry = new AggregatorRegistry();
   const aggregated = {
     contentType: registry.contentType,

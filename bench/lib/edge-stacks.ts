@@ -17,6 +17,9 @@
  *       leases at their defaults (RATE_LEASE_TOKENS, RATE_LEASE_MS);
  *   (4−) as (4) without leases (RATE_LEASE_TOKENS=0): a second TS process of its own (its Checks
  *       and its market upstream, as (4)'s one process does both), on the same Redis.
+ *   (3u) as (3) with Envoy reaching the TS process over Unix domain sockets (AUTHZ_GRPC_SOCKET,
+ *       MARKET_SOCKET: the TS process listens on both its TCP ports and the sockets), for the
+ *       side-by-side comparison with loopback TCP (docs/envoy.md "Unix domain sockets").
  * (1)–(3*) are rendered with RATE_LIMIT_SCOPE=local (the default with REDIS_URL is global).
  * Shared upstreams: the TS process's market service (its MARKET_PORT, also (3)'s authz) and the
  * demo mTLS order backend (bench/edge-backend.ts). RPS_PER_IP = RATE_BURST = 10^6, so the limiter
@@ -58,7 +61,7 @@ export const CLIENT_HEADERS: Readonly<Record<string, string>> = {
 };
 
 export interface Stack {
-  readonly name: '1' | '2' | '3' | '3*' | '4' | '4-';
+  readonly name: '1' | '2' | '3' | '3*' | '4' | '4-' | '3u';
   readonly label: string;
   readonly port: number;
   readonly envoy: Child;
@@ -128,6 +131,7 @@ export async function startEdge(dir: string, log: (m: string) => void): Promise<
     const feed = generateKeyPairSync('ed25519');
     const feedPub = Buffer.from(feed.publicKey.export({ format: 'jwk' }).x ?? '', 'base64url').toString('hex');
     const [grpcPort, marketPort, adminPort] = [await freePort(), await freePort(), await freePort()];
+    const sockets = { AUTHZ_GRPC_SOCKET: join(dir, 'sockets', 'authz.sock'), MARKET_SOCKET: join(dir, 'sockets', 'market.sock') };
     const base: Record<string, string> = {
       AUTHZ_GRPC_PORT: String(grpcPort), MARKET_PORT: String(marketPort), AUTHZ_ADMIN_PORT: String(adminPort),
       REDIS_URL: redis.url, RPS_PER_IP: '1000000', RATE_BURST: '1000000', LOG_LEVEL: 'warn',
@@ -135,7 +139,8 @@ export async function startEdge(dir: string, log: (m: string) => void): Promise<
       EDGE_CLIENT_CERT_FILE: pki.clientCertFile, EDGE_CLIENT_KEY_FILE: pki.clientKeyFile,
     };
     const ts = spawnProgram(fileURLToPath(new URL('../../scripts/node', import.meta.url)), [fileURLToPath(new URL('../../authz/src/main.ts', import.meta.url))], {
-      env: withServiceRuntime({ ...process.env, ...base, EDGE_INGEST_HMAC: `hex:${hmacKey.toString('hex')}`, EDGE_FEED_ED25519_PUBLIC_KEY: feedPub }),
+      // Both TCP ports (set) and both sockets: (3u) uses the sockets, every other stack the ports.
+      env: withServiceRuntime({ ...process.env, ...base, ...sockets, EDGE_INGEST_HMAC: `hex:${hmacKey.toString('hex')}`, EDGE_FEED_ED25519_PUBLIC_KEY: feedPub }),
       logFile: join(dir, 'authz.log'),
     });
     children.push(ts);
@@ -159,14 +164,19 @@ export async function startEdge(dir: string, log: (m: string) => void): Promise<
       ['3*', '(3*) full edge, `allowedHeaders: all`', grpcPort, ts.pid],
       ['4', '(4) full edge + global rate limit (leases)', grpcPort, ts.pid],
       ['4-', '(4−) full edge + global rate limit, no leases', grpcPort2, ts2.pid],
+      ['3u', '(3u) full edge, Unix sockets', grpcPort, ts.pid],
     ] as const;
+    // BENCH_STACKS: a subset (bench/edge.ts); (3) always, the market is ingested through it.
+    const only = process.env['BENCH_STACKS']?.split(',').map((x) => x.trim());
     for (const [name, label, authzPort, authzPid] of variants) {
+      if (only !== undefined && name !== '3' && !only.includes(name)) continue;
       const [port, envoyAdmin] = [await freePort(), await freePort()];
       const own = name === '4-';
       const config = loadConfig({
         ...base, EDGE_PORT: String(port), ENVOY_ADMIN_PORT: String(envoyAdmin), AUTHZ_GRPC_PORT: String(authzPort),
         ...(own ? { MARKET_PORT: String(marketPort2) } : {}),
         RATE_LIMIT_SCOPE: name === '4' || name === '4-' ? 'global' : 'local',
+        ...(name === '3u' ? sockets : {}),
       });
       // The access log is formatted and written as in production, to /dev/null instead of stdout.
       const rendered = renderEnvoy(config, { sdsPath, allowedHeaders: name === '3*' ? 'all' : 'minimal', accessLogPath: '/dev/null' });

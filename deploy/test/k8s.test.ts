@@ -194,9 +194,11 @@ for (const name of Object.keys(KUSTOMIZATIONS)) {
     assert.deepEqual(envoy.ports, [{ name: 'http', containerPort: config.edgePort }, { name: 'ingest', containerPort: config.ingestPort }]);
     // The overload manager's memory bound is the envoy container's own limit.
     assert.equal(envoy.resources?.limits?.['memory'], `${config.envoyMemoryLimitMb}Mi`, 'ENVOY_MEMORY_LIMIT_MB is the envoy container\'s memory limit');
-    // The market port is not declared: it listens on loopback inside the pod (MARKET_BIND_ADDRESS).
+    // No market port: the market service listens on its Unix socket only (MARKET_SOCKET, no MARKET_PORT).
     assert.deepEqual(authz.ports?.map((p) => p.containerPort), [config.authzGrpcPort, config.authzAdminPort]);
-    assert.equal(config.marketBindAddress, '127.0.0.1');
+    assert.equal(config.marketTcp, false, 'the market service has no TCP listener in the pod');
+    // The gRPC server listens on its socket for Envoy and on AUTHZ_GRPC_PORT for the kubelet's probes.
+    assert.equal(config.authzGrpcTcp, true);
     assert.deepEqual(authz.readinessProbe?.['grpc'], { port: config.authzGrpcPort });
     // Liveness asks edge.liveness, SERVING while the process answers even sealed: a pod sealed through
     // the admin port is not ready (readiness: NOT_SERVING) but is not restarted in a loop.
@@ -214,9 +216,18 @@ for (const name of Object.keys(KUSTOMIZATIONS)) {
     // Ingest on its own listener, on every address of the pod (the feed pipeline is another pod).
     assert.deepEqual(boot.static_resources.listeners.map((l) => [l.name, l.address.socket_address]),
       [['edge', { address: '0.0.0.0', port_value: config.edgePort }], ['ingest', { address: '0.0.0.0', port_value: config.ingestPort }]]);
-    const endpoint = (c: string): unknown => boot.static_resources.clusters.find((x) => x.name === c)?.load_assignment?.endpoints[0]?.lb_endpoints[0]?.endpoint.address.socket_address;
-    assert.deepEqual(endpoint('authz'), { address: '127.0.0.1', port_value: config.authzGrpcPort }, 'Envoy reaches authz over the pod\'s loopback');
-    assert.deepEqual(endpoint('market'), { address: '127.0.0.1', port_value: config.marketPort });
+    const endpoint = (c: string): unknown => (boot.static_resources.clusters.find((x) => x.name === c)?.load_assignment?.endpoints[0]?.lb_endpoints[0]?.endpoint.address as { pipe?: unknown } | undefined)?.pipe;
+    // Envoy reaches authz and the market over Unix sockets on an emptyDir both containers mount.
+    assert.deepEqual(endpoint('authz'), { path: config.authzGrpcSocket }, 'Envoy reaches authz over the pod\'s socket');
+    assert.deepEqual(endpoint('market'), { path: config.marketSocket });
+    const socketsMount = (c: string): { name: string; mountPath: string; readOnly?: boolean } | undefined =>
+      (container(rs, c).volumeMounts ?? []).find((m) => m.mountPath === MOUNTS.sockets);
+    for (const path of [config.authzGrpcSocket, config.marketSocket]) assert.ok(path?.startsWith(`${MOUNTS.sockets}/`), String(path));
+    const [envoySockets, authzSockets] = [socketsMount('envoy'), socketsMount('authz')];
+    assert.ok(envoySockets !== undefined && authzSockets !== undefined && envoySockets.name === authzSockets.name, 'one volume in both containers');
+    assert.ok(pod(rs).volumes.find((v) => v.name === authzSockets.name)?.emptyDir !== undefined, 'an emptyDir');
+    assert.equal(authzSockets.readOnly, undefined, 'the TS service creates the sockets');
+    assert.equal(envoySockets.readOnly, true, 'Envoy only connects');
     for (const script of [envoy.readinessProbe?.['exec'] as { command: string[] }, envoy.lifecycle?.preStop?.exec]) {
       assert.ok(script?.command.join(' ').includes('/dev/tcp/127.0.0.1/${ENVOY_ADMIN_PORT}'), JSON.stringify(script));
     }

@@ -33,6 +33,26 @@ function loadAssignment(cluster: ClusterName, host: string, port: number): JsonO
   };
 }
 
+/**
+ * Where a cluster reaches the TS service: a Unix domain socket (AUTHZ_GRPC_SOCKET, MARKET_SOCKET)
+ * as a STATIC `pipe` endpoint, without TCP keep-alive (no such option on AF_UNIX; a peer that
+ * exits closes the socket at once), else host:port over TCP as before.
+ */
+function tsEndpoint(cluster: ClusterName, socket: string | undefined, host: string, port: number): JsonObject {
+  if (socket === undefined) {
+    return { ...discovery(host, 'STRICT_DNS'), load_assignment: loadAssignment(cluster, host, port) };
+  }
+  return {
+    type: 'STATIC',
+    load_assignment: { cluster_name: cluster, endpoints: [{ lb_endpoints: [{ endpoint: { address: { pipe: { path: socket } } } }] }] },
+  };
+}
+
+/** upstream_connection_options for a TS-service cluster: TCP keep-alive over TCP only. */
+function tsConnectionOptions(socket: string | undefined): JsonObject {
+  return socket === undefined ? { upstream_connection_options: TCP_KEEPALIVE } : {};
+}
+
 function thresholds(max: number): JsonObject {
   return {
     thresholds: [{
@@ -56,11 +76,10 @@ function httpProtocolOptions(fields: JsonObject): JsonObject {
 export function authzCluster(config: Config): JsonObject {
   return {
     name: CLUSTER.authz,
-    ...discovery(config.authzAddress, 'STRICT_DNS'),
+    ...tsEndpoint(CLUSTER.authz, config.authzGrpcSocket, config.authzAddress, config.authzGrpcPort),
     connect_timeout: '1s',
-    load_assignment: loadAssignment(CLUSTER.authz, config.authzAddress, config.authzGrpcPort),
     circuit_breakers: thresholds(100_000),
-    upstream_connection_options: TCP_KEEPALIVE,
+    ...tsConnectionOptions(config.authzGrpcSocket),
     typed_extension_protocol_options: httpProtocolOptions({
       common_http_protocol_options: { idle_timeout: '3600s' },
       explicit_http_config: {
@@ -127,15 +146,14 @@ export function rateLimitCluster(config: Config): JsonObject {
   };
 }
 
-/** The market service: plain HTTP/1.1 on MARKET_ADDRESS:MARKET_PORT. */
+/** The market service: plain HTTP/1.1 on MARKET_SOCKET, else MARKET_ADDRESS:MARKET_PORT. */
 export function marketCluster(config: Config, opts: RenderOptions): JsonObject {
   return {
     name: CLUSTER.market,
-    ...discovery(config.marketAddress, 'STRICT_DNS'),
+    ...tsEndpoint(CLUSTER.market, config.marketSocket, config.marketAddress, config.marketPort),
     connect_timeout: '1s',
-    load_assignment: loadAssignment(CLUSTER.market, config.marketAddress, config.marketPort),
     circuit_breakers: thresholds(8192),
-    upstream_connection_options: TCP_KEEPALIVE,
+    ...tsConnectionOptions(config.marketSocket),
     typed_extension_protocol_options: httpProtocolOptions({
       common_http_protocol_options: { idle_timeout: duration((opts.upstreamIdleTimeoutSecs ?? 4) * 1000) },
       explicit_http_config: { http_protocol_options: {} },

@@ -54,6 +54,8 @@ export interface AuthzGrpcServer {
   readonly health: HealthImplementation;
   setServing(serving: boolean): void;
   listen(host: string, port: number): Promise<number>;
+  /** Also listen on a Unix socket (AUTHZ_GRPC_SOCKET). */
+  listenSocket(path: string): Promise<void>;
   /** Graceful: stops accepting, lets in-flight calls finish, forces after `graceMs`. */
   close(graceMs: number): Promise<void>;
 }
@@ -142,6 +144,11 @@ export function createGrpcServer(deps: GrpcDeps): AuthzGrpcServer {
       return new Promise((resolve, reject) => {
         const addr = host.includes(':') ? `[${host}]:${port}` : `${host}:${port}`;
         server.bindAsync(addr, grpc.ServerCredentials.createInsecure(), (err, bound) => (err ? reject(err) : resolve(bound)));
+      });
+    },
+    listenSocket(path) {
+      return new Promise((resolve, reject) => {
+        server.bindAsync(`unix:${path}`, grpc.ServerCredentials.createInsecure(), (err) => (err ? reject(err) : resolve()));
       });
     },
     close(graceMs) {

@@ -14,6 +14,7 @@ import { dirname, join } from 'node:path';
 import { RE } from './rules.ts';
 import { ANONYMIZER_FLAGS, type AnonymizerFlag } from './ports.ts';
 import { RATE_LIMIT, type RouteKind } from './contract.ts';
+import { socketPathProblem } from './unix-socket.ts';
 
 /** Thrown at start-up for a missing or malformed setting. */
 export class ConfigError extends Error {
@@ -105,6 +106,21 @@ export interface Config {
   /** Where Envoy reaches the authz gRPC server and the market service. */
   readonly authzAddress: string;
   readonly marketAddress: string;
+  /**
+   * Unix domain sockets where Envoy and the TS service share a host or a pod (AUTHZ_GRPC_SOCKET,
+   * MARKET_SOCKET; docs/envoy.md "Unix domain sockets"): set, the service listens on that path and
+   * Envoy's cluster connects to it (a `pipe` address); AUTHZ_ADDRESS / MARKET_ADDRESS are then
+   * refused. undefined: TCP (separate hosts), as before.
+   */
+  readonly authzGrpcSocket: string | undefined;
+  readonly marketSocket: string | undefined;
+  /**
+   * Whether the gRPC / market server also listens on TCP (AUTHZ_GRPC_PORT / MARKET_PORT): always
+   * without a socket; with one, only when that port is set explicitly (the kubelet's gRPC probe,
+   * grpcurl, a client on another host).
+   */
+  readonly authzGrpcTcp: boolean;
+  readonly marketTcp: boolean;
 
   // Client address, rate limits
   readonly xffNumTrustedHops: number;
@@ -318,6 +334,21 @@ export const ENVOY_NON_HEAP_MB = 64;
  * INGEST_PORT and INGEST_BIND_ADDRESS (both read whatever is set, so each is a known setting):
  * a port of its own, unlike every other listening port; an IP literal to bind, only with the port.
  */
+/**
+ * AUTHZ_GRPC_SOCKET / MARKET_SOCKET: an absolute path (unix-socket.ts), or `off` (TCP: the same as
+ * unset, for npm start, which otherwise picks a socket in its run directory). With a socket the
+ * matching *_ADDRESS setting has nothing to say and is refused rather than ignored.
+ */
+function socketSetting(env: Env, name: string, addressName: string): string | undefined {
+  const raw = str(env, name);
+  if (raw === undefined || raw.toLowerCase() === 'off') return undefined;
+  const problem = socketPathProblem(raw);
+  if (problem !== undefined) throw new ConfigError(name, `${problem}, or "off" for TCP`, raw);
+  const address = str(env, addressName);
+  if (address !== undefined) throw new ConfigError(addressName, `unset with ${name} (Envoy reaches the service on the socket, not at an address)`, address);
+  return raw;
+}
+
 function ingestListener(env: Env, taken: Readonly<Record<string, number>>): { port: number | undefined; bindAddress: string } {
   const raw = str(env, 'INGEST_PORT');
   const bind = str(env, 'INGEST_BIND_ADDRESS');
@@ -657,6 +688,11 @@ export function loadConfig(env: Env = process.env): Config {
   const authzTimeoutMs = int(env, 'AUTHZ_TIMEOUT_MS', 1000, 10, 60_000);
   const xffNumTrustedHops = int(env, 'XFF_NUM_TRUSTED_HOPS', 0, 0, 10);
   const edgeTls = edgeTlsSettings(env, xffNumTrustedHops);
+  const authzGrpcSocket = socketSetting(env, 'AUTHZ_GRPC_SOCKET', 'AUTHZ_ADDRESS');
+  const marketSocket = socketSetting(env, 'MARKET_SOCKET', 'MARKET_ADDRESS');
+  if (authzGrpcSocket !== undefined && authzGrpcSocket === marketSocket) {
+    throw new ConfigError('MARKET_SOCKET', 'a path other than AUTHZ_GRPC_SOCKET', marketSocket);
+  }
 
   return Object.freeze({
     edgePort,
@@ -671,6 +707,10 @@ export function loadConfig(env: Env = process.env): Config {
     sealFile,
     authzAddress: str(env, 'AUTHZ_ADDRESS') ?? '127.0.0.1',
     marketAddress: str(env, 'MARKET_ADDRESS') ?? '127.0.0.1',
+    authzGrpcSocket,
+    marketSocket,
+    authzGrpcTcp: authzGrpcSocket === undefined || str(env, 'AUTHZ_GRPC_PORT') !== undefined,
+    marketTcp: marketSocket === undefined || str(env, 'MARKET_PORT') !== undefined,
 
     xffNumTrustedHops,
     rpsPerIp,

@@ -32,10 +32,15 @@ export interface MarketServiceDeps {
   readonly geoblock?: (clientIp: string) => GeoResult;
   readonly host: string;
   readonly port: number;
+  /** MARKET_SOCKET: also (or, with `tcp: false`, only) listen on this Unix socket path (Envoy's market cluster). */
+  readonly socket?: string;
+  /** Listen on host:port (default true; false only with a socket). */
+  readonly tcp?: boolean;
 }
 
 export interface MarketService {
   readonly server: Server;
+  /** Resolves to the TCP port listened on (0 when only on a socket). */
   listen(): Promise<number>;
   close(): Promise<void>;
 }
@@ -353,23 +358,39 @@ export function createMarketService(deps: MarketServiceDeps): MarketService {
     socket.end(`HTTP/1.1 ${status} ${reason}\r\ncontent-type: application/json\r\nconnection: close\r\n\r\n${errorJson('bad_request', message, undefined, requestIdInRaw((err as { rawPacket?: unknown }).rawPacket))}`);
   });
 
+  // A socket beside the TCP port: a second server handing every request to the first one's handlers.
+  const tcp = deps.tcp ?? true;
+  const servers = [server];
+  let socketServer = server;
+  if (deps.socket !== undefined && tcp) {
+    socketServer = createServer({ keepAliveTimeout: 5000, maxHeaderSize: MAX_HEADER_BYTES });
+    socketServer.on('request', (req, res) => server.emit('request', req, res));
+    socketServer.on('checkExpectation', (req, res) => server.emit('request', req, res));
+    socketServer.on('clientError', (err, socket) => server.emit('clientError', err, socket));
+    servers.push(socketServer);
+  }
+  const listenOn = (srv: Server, ...args: [number, string] | [string]): Promise<void> => new Promise((resolve, reject) => {
+    srv.once('error', reject);
+    srv.listen(...args as [number, string], () => {
+      srv.off('error', reject);
+      resolve();
+    });
+  });
+
   return {
     server,
-    listen() {
-      return new Promise((resolve, reject) => {
-        server.once('error', reject);
-        server.listen(deps.port, deps.host, () => {
-          const a = server.address();
-          resolve(typeof a === 'object' && a !== null ? a.port : deps.port);
-        });
-      });
+    async listen() {
+      if (tcp) await listenOn(server, deps.port, deps.host);
+      if (deps.socket !== undefined) await listenOn(socketServer, deps.socket);
+      const a = server.address();
+      return typeof a === 'object' && a !== null ? a.port : 0;
     },
     close() {
-      return new Promise((resolve) => {
-        server.closeIdleConnections();
-        server.close(() => resolve());
-        setTimeout(() => server.closeAllConnections(), 1000).unref();
-      });
+      return Promise.all(servers.map((srv) => new Promise<void>((resolve) => {
+        srv.closeIdleConnections();
+        srv.close(() => resolve());
+        setTimeout(() => srv.closeAllConnections(), 1000).unref();
+      }))).then(() => undefined);
     },
   };
 }
