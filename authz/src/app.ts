@@ -10,7 +10,7 @@ import { MemoryNonceStore, RedisNonceStore } from './common/adapters/nonce-store
 import { createRedis } from './common/adapters/redis.ts';
 import { ReplicaWait } from './common/adapters/replica-wait.ts';
 import { createAuthzCore } from './authz/core.ts';
-import { createGeoClassifier } from './authz/stages/geo.ts';
+import { createGeoClassifier, regionUnknownTiers } from './authz/stages/geo.ts';
 import { withAnonymizer } from './authz/stages/anonymizer.ts';
 import { configWarnings, type Config } from './common/config.ts';
 import { loadCredentials, noCredentials } from './common/credentials.ts';
@@ -77,6 +77,12 @@ export async function createApp(config: Config, logger: Logger, hooks: { onSeale
   });
   geoReady = true;
   geo.watch(config.geoipReloadIntervalMs);
+  // GEO_REGION_UNKNOWN, resolved once: what a record without subdivision gets in each country that has a region rule.
+  const regionUnknown = regionUnknownTiers(config);
+  if (Object.keys(regionUnknown).length > 0) {
+    logger.info({ geoRegionUnknown: config.geoRegionUnknown, tiers: regionUnknown, ...(config.shadow === undefined ? {} : { shadowTiers: regionUnknownTiers(config.shadow) }) },
+      'records without a subdivision in a country with a region rule get these tiers (GEO_REGION_UNKNOWN; counted as the unknown_region verdict)');
+  }
   // ANONYMIZER_DB (GeoIP2 Anonymous IP or Anonymous Plus, boolean flags: adapters/anonymizer.ts
   // checks it here and on every reload): reloaded on replace like GEOIP_DB.
   const anonymizer = config.anonymizer === undefined ? undefined : new AnonymizerDatabase(config.anonymizer.db, {

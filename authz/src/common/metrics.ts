@@ -31,7 +31,7 @@ export const DECISION_CODES: Readonly<Record<RouteLabel, readonly DecisionCode[]
 /** Every GeoVerdict (the compiler checks the list is complete). */
 export const GEO_VERDICTS = Object.keys({
   trusted: 0, allowed: 0, blocked_country: 0, blocked_region: 0, close_only_country: 0, close_only_region: 0,
-  unknown_blocked: 0, unknown_close_only: 0, unknown_allowed: 0,
+  unknown_blocked: 0, unknown_close_only: 0, unknown_allowed: 0, unknown_region: 0,
 } satisfies Record<GeoVerdict, 0>) as GeoVerdict[];
 export const GEOIP_RELOAD_RESULTS = ['ok', 'failed'] as const;
 /** The tiers, as the shadow-disagreement metric labels them (enforced × shadow, the 6 unequal pairs). */

@@ -16,6 +16,8 @@ export interface GeoPolicy {
   readonly closeOnlyCountries?: ReadonlySet<string>;
   readonly closeOnlyRegions?: ReadonlySet<string>;
   readonly geoUnknown: 'block' | 'close-only' | 'allow';
+  /** GEO_REGION_UNKNOWN (default `strictest`): a record without subdivision in a country that has a region rule. */
+  readonly geoRegionUnknown?: RegionUnknown | undefined;
   readonly geoTrustedCidrs: readonly string[];
   /** A shadow policy's tiers (SHADOW_*): classified beside, never enforced. */
   readonly shadow?: TierRules | undefined;
@@ -29,7 +31,15 @@ export type GeoVerdict =
   | 'trusted' | 'allowed'
   | 'blocked_country' | 'blocked_region'
   | 'close_only_country' | 'close_only_region'
-  | 'unknown_blocked' | 'unknown_close_only' | 'unknown_allowed';
+  | 'unknown_blocked' | 'unknown_close_only' | 'unknown_allowed'
+  | 'unknown_region';
+
+/**
+ * GEO_REGION_UNKNOWN: what a record gets whose country has a region rule but which names no
+ * subdivision (docs/api.md "Jurisdiction tiers"): `strictest`, the most restrictive tier among
+ * the country's region rules and its own; `country`, the country's own tier.
+ */
+export type RegionUnknown = 'strictest' | 'country';
 
 /** One classification. Shared, frozen objects: the classifier never builds one per request. */
 export interface GeoResult {
@@ -176,6 +186,8 @@ export interface TierRules {
   readonly closeOnlyCountries?: ReadonlySet<string>;
   readonly closeOnlyRegions?: ReadonlySet<string>;
   readonly geoUnknown: 'block' | 'close-only' | 'allow';
+  /** GEO_REGION_UNKNOWN (SHADOW_GEO_REGION_UNKNOWN for a shadow policy); `strictest` when absent. */
+  readonly geoRegionUnknown?: RegionUnknown | undefined;
 }
 
 const NO_CODES: ReadonlySet<string> = new Set<string>();
@@ -183,7 +195,36 @@ const NO_CODES: ReadonlySet<string> = new Set<string>();
 /** The results of one set of tier rules: for an unknown address, and for a country and its regions. */
 interface TierResolver {
   readonly unknown: GeoResult;
+  /** The tier of a located record (`regions` empty: no subdivision, GEO_REGION_UNKNOWN may apply). */
   resolve(country: string, regions: readonly string[]): GeoResult;
+  /** The country's own tier, no region rule considered (a represented country). */
+  countryTier(country: string): GeoResult;
+}
+
+const ACCESS_RANK: Readonly<Record<Access, number>> = { full: 0, 'close-only': 1, blocked: 2 };
+
+/** The ISO 3166-1 country of an ISO 3166-2 code (`US-NV` → `US`). */
+function countryOfRegion(region: string): string {
+  return region.slice(0, region.indexOf('-'));
+}
+
+/**
+ * For each country that has a region rule (enforced or, given a shadow policy's rules, shadow):
+ * the tier its records without a subdivision get under GEO_REGION_UNKNOWN: `strictest`, the most
+ * restrictive of its region rules' tiers and its own; `country`, its own. Logged at start.
+ */
+export function regionUnknownTiers(rules: TierRules): Record<string, Access> {
+  const closeOnlyRegions = rules.closeOnlyRegions ?? NO_CODES;
+  const own = (cc: string): Access => (rules.blockedCountries.has(cc) ? 'blocked' : (rules.closeOnlyCountries ?? NO_CODES).has(cc) ? 'close-only' : 'full');
+  const strictest = (rules.geoRegionUnknown ?? 'strictest') === 'strictest';
+  const regionTier = new Map<string, Access>();
+  for (const r of closeOnlyRegions) regionTier.set(countryOfRegion(r), 'close-only');
+  for (const r of rules.blockedRegions) regionTier.set(countryOfRegion(r), 'blocked');
+  const out: Record<string, Access> = {};
+  for (const [cc, tier] of [...regionTier].sort(([a], [b]) => (a < b ? -1 : 1))) {
+    out[cc] = strictest && ACCESS_RANK[tier] > ACCESS_RANK[own(cc)] ? tier : own(cc);
+  }
+  return out;
 }
 
 function tierResolver(rules: TierRules): TierResolver {
@@ -197,10 +238,20 @@ function tierResolver(rules: TierRules): TierResolver {
     : rules.geoUnknown === 'close-only'
       ? result('unknown_close_only', 'close-only', null, null, JURISDICTION_NONE)
       : result('unknown_blocked', 'blocked', null, null, JURISDICTION_NONE);
+  const countryTier = (country: string, first: string | null): GeoResult => {
+    if (blockedCountries.has(country)) return result('blocked_country', 'blocked', country, first, country);
+    if (closeOnlyCountries.has(country)) return result('close_only_country', 'close-only', country, first, country);
+    return result('allowed', 'full', country, first, country);
+  };
+  // Precomputed once: for each country that has a region rule, what a record of it without a
+  // subdivision gets (GEO_REGION_UNKNOWN), counted as `unknown_region`, region null.
+  const regionUnknown = new Map<string, GeoResult>();
+  for (const [cc, access] of Object.entries(regionUnknownTiers(rules))) regionUnknown.set(cc, result('unknown_region', access, cc, null, cc));
   return {
     unknown,
     /** The tier of one record: a region rule (block before close-only) overrides the country's rule. */
     resolve(country, regions) {
+      if (regions.length === 0) return regionUnknown.get(country) ?? countryTier(country, null);
       let blockedBy: string | undefined;
       let closeOnlyBy: string | undefined;
       if (anyRegionRule) {
@@ -215,15 +266,12 @@ function tierResolver(rules: TierRules): TierResolver {
       const first = regions[0] ?? null;
       if (blockedBy !== undefined) return result('blocked_region', 'blocked', country, blockedBy, blockedBy);
       if (closeOnlyBy !== undefined) return result('close_only_region', 'close-only', country, closeOnlyBy, closeOnlyBy);
-      if (blockedCountries.has(country)) return result('blocked_country', 'blocked', country, first, country);
-      if (closeOnlyCountries.has(country)) return result('close_only_country', 'close-only', country, first, country);
-      return result('allowed', 'full', country, first, country);
+      return countryTier(country, first);
     },
+    countryTier: (country) => countryTier(country, null),
   };
 }
 
-const ACCESS_RANK: Readonly<Record<Access, number>> = { full: 0, 'close-only': 1, blocked: 2 };
-const NO_REGIONS: readonly string[] = [];
 
 /**
  * One database record under one set of tier rules (once per record). Where the client is
@@ -240,7 +288,9 @@ function judge(tiers: TierResolver, rec: GeoRecord): GeoResult {
     : tiers.unknown;
   const rep = rec.represented;
   if (rep === undefined || rep === rec.country || !RE.country.test(rep)) return here;
-  const there = tiers.resolve(rep, NO_REGIONS);
+  // The represented country's own tier: its users are under that country's rules, but they are
+  // not in any of its regions, so GEO_REGION_UNKNOWN does not apply to it.
+  const there = tiers.countryTier(rep);
   return ACCESS_RANK[there.access] > ACCESS_RANK[here.access] ? there : here;
 }
 
