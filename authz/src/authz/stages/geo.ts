@@ -8,6 +8,7 @@ import type { Decision, Header } from '../decision.ts';
 import type { GeoLookup, GeoRecord } from '../../common/ports.ts';
 import { HEADER, JURISDICTION_NONE, type Access } from '../../common/contract.ts';
 import { RE } from '../../common/rules.ts';
+import { embeddedIpv4, normalizeIp } from '../../common/ip.ts';
 
 export interface GeoPolicy {
   readonly blockedCountries: ReadonlySet<string>;
@@ -63,46 +64,8 @@ export interface GeoResult {
   readonly shadow?: GeoResult;
 }
 
-const V4_MAPPED = new BlockList();
-V4_MAPPED.addSubnet('::ffff:0:0', 96, 'ipv6');
-
-/** The 8 16-bit groups of a valid IPv6 address (handles '::' and a dotted IPv4 tail). */
-function ipv6Groups(ip: string): number[] {
-  let s = ip;
-  const tail: number[] = [];
-  const lastColon = s.lastIndexOf(':');
-  if (s.indexOf('.', lastColon) !== -1) {
-    const [a = 0, b = 0, c = 0, d = 0] = s.slice(lastColon + 1).split('.').map(Number);
-    tail.push((a << 8) | b, (c << 8) | d);
-    s = s.slice(0, lastColon + 1) + '0';
-  }
-  const [head = '', rest] = s.split('::');
-  const parse = (part: string): number[] => (part === '' ? [] : part.split(':').map((g) => parseInt(g, 16)));
-  const h = parse(head);
-  const r = rest === undefined ? [] : parse(rest);
-  const groups = rest === undefined ? h : [...h, ...new Array<number>(8 - h.length - r.length).fill(0), ...r];
-  if (tail.length === 2) groups.splice(6, 2, ...tail);
-  return groups;
-}
-
-/**
- * Strips IPv6 brackets and a zone id, and turns any IPv4-mapped IPv6 form (::ffff:1.2.3.4,
- * ::ffff:102:304, 0:0:0:0:0:ffff:1.2.3.4) into the IPv4 address; '' when not an IP address.
- */
-export function normalizeIp(raw: string): string {
-  let ip = raw.trim();
-  if (ip.startsWith('[') && ip.endsWith(']')) ip = ip.slice(1, -1);
-  const zone = ip.indexOf('%');
-  if (zone !== -1) ip = ip.slice(0, zone);
-  const family = isIP(ip);
-  if (family === 6 && V4_MAPPED.check(ip, 'ipv6')) {
-    const g = ipv6Groups(ip);
-    const hi = g[6] ?? 0;
-    const lo = g[7] ?? 0;
-    return `${hi >> 8}.${hi & 255}.${lo >> 8}.${lo & 255}`;
-  }
-  return family === 0 ? '' : ip;
-}
+/** Re-exported: the one parser of client addresses is common/ip.ts. */
+export { normalizeIp };
 
 /** Dotted-quad IPv4 → uint32 (the input is already known to be a valid IPv4 address). */
 function ipv4ToInt(ip: string): number {
@@ -296,7 +259,8 @@ function judge(tiers: TierResolver, rec: GeoRecord): GeoResult {
 
 /**
  * Builds the geo classifier once at start-up. Per request it normalizes the address, checks the
- * trusted CIDRs and looks the address up; the tier of a database record is resolved once per
+ * trusted CIDRs and looks the address up (an embedded IPv4's own address for the forms
+ * common/ip.ts names); the tier of a database record is resolved once per
  * record object (the GeoDatabase hands out the same object for every address that shares a
  * record) and remembered in a WeakMap, so the common path is one lookup and one WeakMap hit.
  *
@@ -320,8 +284,12 @@ export function createGeoClassifier(policy: GeoPolicy, geo: GeoLookup): (rawIp: 
   return (rawIp: string): GeoResult => {
     const ip = normalizeIp(rawIp);
     if (ip === '') return UNKNOWN;
-    if (isTrusted(ip, ip.includes(':') ? 6 : 4)) return TRUSTED;
-    const rec = geo.lookup(ip);
+    const v6 = ip.includes(':');
+    // Trust is for the address as received: an embedded IPv4 (which anyone routing through a
+    // relay or translator can carry) never makes an address trusted.
+    if (isTrusted(ip, v6 ? 6 : 4)) return TRUSTED;
+    // An IPv6 address that embeds an IPv4 (6to4, NAT64, SIIT, Teredo: common/ip.ts) is the IPv4.
+    const rec = geo.lookup(v6 ? (embeddedIpv4(ip)?.ipv4 ?? ip) : ip);
     if (rec === null || (rec.country === undefined && rec.represented === undefined)) return UNKNOWN;
     let r = byRecord.get(rec);
     if (r === undefined) {
