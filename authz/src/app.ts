@@ -77,6 +77,20 @@ export async function createApp(config: Config, logger: Logger, hooks: { onSeale
   });
   geoReady = true;
   geo.watch(config.geoipReloadIntervalMs);
+  // GEOIP_DB_SECONDARY: checked and reloaded like GEOIP_DB; the stricter tier of the two wins.
+  const geoSecondary = config.geoipDbSecondary === undefined ? undefined : new GeoDatabase(config.geoipDbSecondary, {
+    regionRule: regionRuleOf(config),
+    setting: 'GEOIP_DB_SECONDARY',
+    onReload: (ok, path, err) => {
+      metrics.geoipSecondaryReload(ok);
+      if (ok) logger.info({ path }, 'secondary GeoIP database reloaded');
+      else logger.error({ path, err: reasonOf(err) }, 'secondary GeoIP database replacement refused (unreadable, or not a database GEOIP_DB_SECONDARY accepts); the previous database keeps serving');
+    },
+  });
+  if (geoSecondary !== undefined) {
+    geoSecondary.watch(config.geoipReloadIntervalMs);
+    logger.info({ path: config.geoipDbSecondary }, 'secondary GeoIP database on: each address is looked up in both, the stricter tier wins');
+  }
   // GEO_REGION_UNKNOWN, resolved once: what a record without subdivision gets in each country that has a region rule.
   const regionUnknown = regionUnknownTiers(config);
   if (Object.keys(regionUnknown).length > 0) {
@@ -132,7 +146,7 @@ export async function createApp(config: Config, logger: Logger, hooks: { onSeale
   const sealState = createSealState();
   if (marker !== undefined) sealState.set();
   const core = createAuthzCore({
-    config, credentials, geo, nonces, markets: store, clock: systemClock, logger, metrics, sealState,
+    config, credentials, geo, geoSecondary, nonces, markets: store, clock: systemClock, logger, metrics, sealState,
     ...(anonymizer === undefined ? {} : { anonymizer }),
     // RateLimitService: served only for an Envoy pointed at it (RATELIMIT_SERVICE_ADDRESS) with the
     // token it sends; otherwise not at all (UNIMPLEMENTED), so nothing else can drain a client's bucket.
@@ -152,7 +166,7 @@ export async function createApp(config: Config, logger: Logger, hooks: { onSeale
     isSealed: () => sealState.refuses(),
     // GET /v1/geoblock: the authz classifier's answer (same settings, same GeoDatabase object),
     // and "blocked" for an address the anonymizer rule refuses orders (what a trader asks).
-    geoblock: withAnonymizer(createGeoClassifier(config, geo), core.pipeline.anonymizer?.blocks),
+    geoblock: withAnonymizer(createGeoClassifier(config, geo, { secondary: geoSecondary }), core.pipeline.anonymizer?.blocks),
     host: config.marketBindAddress,
     port: config.marketPort,
   });
@@ -185,6 +199,7 @@ export async function createApp(config: Config, logger: Logger, hooks: { onSeale
       await store.close();
       for (const fn of stops) await fn();
       geo?.close();
+      geoSecondary?.close();
       anonymizer?.close();
       replicas?.close();
       limiterRedis?.disconnect();

@@ -161,6 +161,8 @@ export interface Config {
 
   // Geo
   readonly geoipDb: string;
+  /** GEOIP_DB_SECONDARY: a second database looked up beside GEOIP_DB, the stricter tier wins; undefined: none. */
+  readonly geoipDbSecondary: string | undefined;
   readonly geoipReloadIntervalMs: number;
   readonly blockedCountries: ReadonlySet<string>;
   readonly blockedRegions: ReadonlySet<string>;
@@ -642,6 +644,7 @@ export function loadConfig(env: Env = process.env): Config {
     orderBackend: parseBackend(env),
 
     geoipDb: str(env, 'GEOIP_DB') ?? DEFAULT_GEOIP_DB,
+    geoipDbSecondary: str(env, 'GEOIP_DB_SECONDARY'),
     geoipReloadIntervalMs: int(env, 'GEOIP_RELOAD_INTERVAL_MS', 2000, 50, 3_600_000),
     blockedCountries: new Set(blockedCountries),
     blockedRegions: new Set(blockedRegions),

@@ -267,8 +267,12 @@ function judge(tiers: TierResolver, rec: GeoRecord): GeoResult {
  * With `policy.shadow` (SHADOW_*), every result also carries `shadow`: the same address
  * classified by the shadow policy's tiers, resolved and cached together with the enforced one,
  * so a shadow policy costs no second lookup. Without it no result has `shadow`.
+ *
+ * With `opts.secondary` (GEOIP_DB_SECONDARY) the address is looked up in both databases, each
+ * record resolved and cached the same way, and the stricter tier wins (stricterOfTwo); two
+ * different countries are reported to `opts.onDisagreement`.
  */
-export function createGeoClassifier(policy: GeoPolicy, geo: GeoLookup): (rawIp: string) => GeoResult {
+export function createGeoClassifier(policy: GeoPolicy, geo: GeoLookup, opts: SecondaryOptions = {}): (rawIp: string) => GeoResult {
   const isTrusted = trustedMatcher(policy.geoTrustedCidrs);
   const enforced = tierResolver(policy);
   const shadow = policy.shadow === undefined ? undefined : tierResolver(policy.shadow);
@@ -281,6 +285,17 @@ export function createGeoClassifier(policy: GeoPolicy, geo: GeoLookup): (rawIp: 
     : (rec: GeoRecord): GeoResult => withShadow(judge(enforced, rec), judge(shadow, rec));
 
   const byRecord = new WeakMap<GeoRecord, GeoResult>();
+  const resultOf = (rec: GeoRecord | null): GeoResult => {
+    if (rec === null || (rec.country === undefined && rec.represented === undefined)) return UNKNOWN;
+    let r = byRecord.get(rec);
+    if (r === undefined) {
+      r = classify(rec);
+      byRecord.set(rec, r);
+    }
+    return r;
+  };
+  const second = opts.secondary;
+  const both = second === undefined ? undefined : stricterOfTwo(shadow !== undefined, opts.onDisagreement);
   return (rawIp: string): GeoResult => {
     const ip = normalizeIp(rawIp);
     if (ip === '') return UNKNOWN;
@@ -289,13 +304,45 @@ export function createGeoClassifier(policy: GeoPolicy, geo: GeoLookup): (rawIp: 
     // relay or translator can carry) never makes an address trusted.
     if (isTrusted(ip, v6 ? 6 : 4)) return TRUSTED;
     // An IPv6 address that embeds an IPv4 (6to4, NAT64, SIIT, Teredo: common/ip.ts) is the IPv4.
-    const rec = geo.lookup(v6 ? (embeddedIpv4(ip)?.ipv4 ?? ip) : ip);
-    if (rec === null || (rec.country === undefined && rec.represented === undefined)) return UNKNOWN;
-    let r = byRecord.get(rec);
-    if (r === undefined) {
-      r = classify(rec);
-      byRecord.set(rec, r);
-    }
+    const key = v6 ? (embeddedIpv4(ip)?.ipv4 ?? ip) : ip;
+    const primary = resultOf(geo.lookup(key));
+    if (second === undefined || both === undefined) return primary;
+    return both(primary, resultOf(second.lookup(key)));
+  };
+}
+
+/** GEOIP_DB_SECONDARY: a second database, and who hears of the two disagreeing. */
+export interface SecondaryOptions {
+  readonly secondary?: GeoLookup | undefined;
+  /** Called when the two databases give different countries for an address (the enforced results, before combining). */
+  readonly onDisagreement?: ((primary: GeoResult, secondary: GeoResult) => void) | undefined;
+}
+
+/**
+ * The combination of the two databases' results for one address: the stricter tier wins (the
+ * primary's on a tie), and so, independently, for the shadow policy's; a result without a
+ * country (no record, GEO_UNKNOWN's tier) yields to the other database's. Results are shared objects,
+ * so the common cases (the same result, or one whole result the stricter) build nothing; a mixed
+ * one (the enforced tier from one database, the shadow's from the other) is built once per pair.
+ */
+function stricterOfTwo(hasShadow: boolean, onDisagreement: SecondaryOptions['onDisagreement']): (a: GeoResult, b: GeoResult) => GeoResult {
+  const mixed = new WeakMap<GeoResult, WeakMap<GeoResult, GeoResult>>();
+  const stricter = (a: GeoResult, b: GeoResult): GeoResult => (ACCESS_RANK[b.access] > ACCESS_RANK[a.access] ? b : a);
+  return (a, b) => {
+    if (a === b) return a;
+    if (a.country !== b.country) onDisagreement?.(a, b);
+    // An address one database has no country for is judged by the other: no record is no
+    // location, not a disagreement about one (counted all the same); both without: GEO_UNKNOWN.
+    if (b.country === null) return a;
+    if (a.country === null) return b;
+    const e = stricter(a, b);
+    if (!hasShadow) return e;
+    const s = stricter(a.shadow!, b.shadow!);
+    if (s === e.shadow) return e;
+    let m = mixed.get(a);
+    if (m === undefined) mixed.set(a, (m = new WeakMap()));
+    let r = m.get(b);
+    if (r === undefined) m.set(b, (r = Object.freeze({ ...e, shadow: s })));
     return r;
   };
 }
