@@ -86,13 +86,22 @@ export function embeddedInGroups(g: readonly number[]): Embedded | undefined {
 
 /**
  * The IPv4 an IPv6 address (as normalizeIp returns it) embeds, and the form; undefined for an
- * IPv4 address, any other IPv6 address or no address. Only addresses whose first group can start
- * one of the forms are parsed (the first character is 0, 2, 6 or ':').
+ * IPv4 address, any other IPv6 address or no address. Only addresses whose first group (and, for
+ * 2001, second) can start one of the forms are parsed.
  */
 export function embeddedIpv4(ip: string): Embedded | undefined {
-  const c = ip.charCodeAt(0);
-  if (c !== 48 /* 0 */ && c !== 50 /* 2 */ && c !== 54 /* 6 */ && c !== 58 /* : */) return undefined;
-  if (!ip.includes(':')) return undefined;
+  // Most IPv6 addresses are rejected on their first group (or, under 2001::/16, their second),
+  // read from the text without parsing the whole address.
+  const first = ip.indexOf(':');
+  if (first === -1) return undefined;
+  const g0 = first === 0 ? 0 : parseInt(ip.slice(0, first), 16);
+  if (g0 === 0x2001) {
+    const next = ip.indexOf(':', first + 1);
+    const g1 = ip.slice(first + 1, next === -1 ? undefined : next);
+    if (g1 !== '' && parseInt(g1, 16) !== 0) return undefined;
+  } else if (g0 !== 0x2002 && g0 !== 0x64 && g0 !== 0) {
+    return undefined;
+  }
   const g = ipv6Groups(ip);
   return g === undefined ? undefined : embeddedInGroups(g);
 }
@@ -109,6 +118,9 @@ export function normalizeIp(raw: string): string {
   const family = isIP(ip);
   if (family === 4) return ip;
   if (family === 0) return '';
+  // Only an address starting with a zero group can be IPv4-mapped (`::ffff:…`, `0:0:…`).
+  const c = ip.charCodeAt(0);
+  if (c !== 58 /* : */ && c !== 48 /* 0 */) return ip;
   const g = ipv6Groups(ip);
   return (g === undefined ? undefined : mapped(g)) ?? ip;
 }
