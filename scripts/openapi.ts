@@ -254,6 +254,9 @@ export function buildOpenApi(): Obj {
             + 'the backend accepts only orders that reduce a position) or `full`. **Answered for every client, blocked ones too** (geo does not '
             + 'apply to this route; the rate limit does). `country` is the database\'s ISO 3166-1 code, `region` the ISO 3166-2 region whose rule '
             + 'applied, else the database\'s first subdivision; both null when unknown or not looked up (an address in GEO_TRUSTED_CIDRS). '
+            + '`region` is null with a `country` when the record names no subdivision; if that country has a region rule, the tier is the one '
+            + 'GEO_REGION_UNKNOWN gives (default: the strictest of its region rules and its own). An IPv6 address that embeds an IPv4 (6to4, NAT64, '
+            + 'SIIT, Teredo) is judged as that IPv4; `ip` is the address as received. '
             + 'Never cached. HEAD is answered like GET without a body; any query parameter → 400 `invalid_query`; another method → 405 '
             + '(after geo, like every other route).',
           responses: {

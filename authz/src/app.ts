@@ -12,7 +12,7 @@ import { MemoryNonceStore, RedisNonceStore } from './common/adapters/nonce-store
 import { createRedis } from './common/adapters/redis.ts';
 import { ReplicaWait } from './common/adapters/replica-wait.ts';
 import { createAuthzCore } from './authz/core.ts';
-import { createGeoClassifier } from './authz/stages/geo.ts';
+import { createGeoClassifier, regionUnknownTiers } from './authz/stages/geo.ts';
 import { withAnonymizer } from './authz/stages/anonymizer.ts';
 import { configWarnings, type Config } from './common/config.ts';
 import { loadCredentials, noCredentials } from './common/credentials.ts';
@@ -79,6 +79,26 @@ export async function createApp(config: Config, logger: Logger, hooks: { onSeale
   });
   geoReady = true;
   geo.watch(config.geoipReloadIntervalMs);
+  // GEOIP_DB_SECONDARY: checked and reloaded like GEOIP_DB; the stricter tier of the two wins.
+  const geoSecondary = config.geoipDbSecondary === undefined ? undefined : new GeoDatabase(config.geoipDbSecondary, {
+    regionRule: regionRuleOf(config),
+    setting: 'GEOIP_DB_SECONDARY',
+    onReload: (ok, path, err) => {
+      metrics.geoipSecondaryReload(ok);
+      if (ok) logger.info({ path }, 'secondary GeoIP database reloaded');
+      else logger.error({ path, err: reasonOf(err) }, 'secondary GeoIP database replacement refused (unreadable, or not a database GEOIP_DB_SECONDARY accepts); the previous database keeps serving');
+    },
+  });
+  if (geoSecondary !== undefined) {
+    geoSecondary.watch(config.geoipReloadIntervalMs);
+    logger.info({ path: config.geoipDbSecondary }, 'secondary GeoIP database on: each address is looked up in both, the stricter tier wins');
+  }
+  // GEO_REGION_UNKNOWN, resolved once: what a record without subdivision gets in each country that has a region rule.
+  const regionUnknown = regionUnknownTiers(config);
+  if (Object.keys(regionUnknown).length > 0) {
+    logger.info({ geoRegionUnknown: config.geoRegionUnknown, tiers: regionUnknown, ...(config.shadow === undefined ? {} : { shadowTiers: regionUnknownTiers(config.shadow) }) },
+      'records without a subdivision in a country with a region rule get these tiers (GEO_REGION_UNKNOWN; counted as the unknown_region verdict)');
+  }
   // ANONYMIZER_DB (GeoIP2 Anonymous IP or Anonymous Plus, boolean flags: adapters/anonymizer.ts
   // checks it here and on every reload): reloaded on replace like GEOIP_DB.
   const anonymizer = config.anonymizer === undefined ? undefined : new AnonymizerDatabase(config.anonymizer.db, {
@@ -131,7 +151,7 @@ export async function createApp(config: Config, logger: Logger, hooks: { onSeale
   const sealState = createSealState();
   if (marker !== undefined) sealState.set();
   const core = createAuthzCore({
-    config, credentials, geo, nonces, markets: store, clock: systemClock, logger, metrics, sealState,
+    config, credentials, geo, geoSecondary, nonces, markets: store, clock: systemClock, logger, metrics, sealState,
     ...(anonymizer === undefined ? {} : { anonymizer }),
     // RateLimitService: served only for an Envoy pointed at it (RATELIMIT_SERVICE_ADDRESS) with the
     // token it sends; otherwise not at all (UNIMPLEMENTED), so nothing else can drain a client's bucket.
@@ -151,7 +171,7 @@ export async function createApp(config: Config, logger: Logger, hooks: { onSeale
     isSealed: () => sealState.refuses(),
     // GET /v1/geoblock: the authz classifier's answer (same settings, same GeoDatabase object),
     // and "blocked" for an address the anonymizer rule refuses orders (what a trader asks).
-    geoblock: withAnonymizer(createGeoClassifier(config, geo), core.pipeline.anonymizer?.blocks),
+    geoblock: withAnonymizer(createGeoClassifier(config, geo, { secondary: geoSecondary }), core.pipeline.anonymizer?.blocks),
     host: config.marketBindAddress,
     port: config.marketPort,
     ...(config.marketSocket === undefined ? {} : { socket: config.marketSocket, tcp: config.marketTcp }),
@@ -209,6 +229,7 @@ export async function createApp(config: Config, logger: Logger, hooks: { onSeale
       await store.close();
       for (const fn of stops) await fn();
       geo?.close();
+      geoSecondary?.close();
       anonymizer?.close();
       replicas?.close();
       limiterRedis?.disconnect();

@@ -111,6 +111,8 @@ const overrides: Record<string, [env: Env, pick: (c: Config) => unknown, expecte
   ],
   'BLOCKED_REGIONS upper-cased': [{ BLOCKED_REGIONS: 'ca-on,UA-43' }, (c) => [...c.blockedRegions].sort(), ['CA-ON', 'UA-43']],
   'GEO_UNKNOWN allow (any case)': [{ GEO_UNKNOWN: 'ALLOW' }, (c) => c.geoUnknown, 'allow'],
+  'GEO_REGION_UNKNOWN defaults to strictest': [{}, (c) => c.geoRegionUnknown, 'strictest'],
+  'GEO_REGION_UNKNOWN country (any case)': [{ GEO_REGION_UNKNOWN: 'Country' }, (c) => c.geoRegionUnknown, 'country'],
   'GEO_TRUSTED_CIDRS replaced, not merged': [
     { GEO_TRUSTED_CIDRS: '10.0.0.0/8, fd00::/8' }, (c) => [...c.geoTrustedCidrs], ['10.0.0.0/8', 'fd00::/8'],
   ],
@@ -167,6 +169,7 @@ const malformed: Record<string, [env: Env, variable: string]> = {
   'ORDER_MAX_SIZE=.5': [{ ORDER_MAX_SIZE: '.5' }, 'ORDER_MAX_SIZE'],
   'ORDER_MAX_SIZE=1.': [{ ORDER_MAX_SIZE: '1.' }, 'ORDER_MAX_SIZE'],
   'GEO_UNKNOWN=deny': [{ GEO_UNKNOWN: 'deny' }, 'GEO_UNKNOWN'],
+  'GEO_REGION_UNKNOWN=loose': [{ GEO_REGION_UNKNOWN: 'loose' }, 'GEO_REGION_UNKNOWN'],
   'BLOCKED_COUNTRIES=USA': [{ BLOCKED_COUNTRIES: 'US,USA' }, 'BLOCKED_COUNTRIES'],
   'BLOCKED_COUNTRIES=U1': [{ BLOCKED_COUNTRIES: 'U1' }, 'BLOCKED_COUNTRIES'],
   'BLOCKED_REGIONS=ON (no country)': [{ BLOCKED_REGIONS: 'ON' }, 'BLOCKED_REGIONS'],

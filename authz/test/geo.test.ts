@@ -151,7 +151,9 @@ const verdicts: Record<string, VerdictCase> = {
   'blocked region CA-ON, IPv4': { db: fx.geoip2, ip: '203.0.113.10', verdict: 'blocked_region' },
   'blocked region CA-ON, IPv6 (one of two subdivisions)': { db: fx.geoip2, ip: '2001:db8:2::1', verdict: 'blocked_region' },
   'same country, other region (CA-QC) allowed': { db: fx.geoip2, ip: '203.0.113.70', verdict: 'allowed' },
-  'region rule needs subdivisions: ip-location-db CA is allowed': { db: fx.iplocation, ip: '203.0.113.10', verdict: 'allowed' },
+  // A region rule for CA and a record of CA without a subdivision: GEO_REGION_UNKNOWN (strictest),
+  // not the country's full tier (start-up refuses such a database with a region rule anyway).
+  'region rule, record without subdivision: ip-location-db CA is unknown_region': { db: fx.iplocation, ip: '203.0.113.10', verdict: 'unknown_region' },
   'allowed country, IPv4': { db: fx.geoip2, ip: '192.0.2.10', verdict: 'allowed' },
   'allowed country, IPv6': { db: fx.geoip2, ip: '2001:db8:3::1', verdict: 'allowed' },
   'country CH wins over registered_country KP': { db: fx.geoip2, ip: '203.0.113.130', verdict: 'allowed' },

@@ -63,10 +63,13 @@ describe('ratelimit – client key (the key Envoy computes)', () => {
     assert.equal(clientOf('2001:0DB8:0003:FFFF:1:2:3:4'), '2001:db8:3:ffff::/64');
     assert.equal(clientOf('2001:db8:3:ffff::/64'), '2001:db8:3:ffff::/64', 'what Envoy sends');
     assert.equal(clientOf('2001:db8::1'), '2001:db8::/64');
-    assert.equal(clientOf('2001:0:0:5::9'), '2001:0:0:5::/64');
+    assert.equal(clientOf('2600:0:0:5::9'), '2600:0:0:5::/64');
+    assert.equal(clientOf('2001:0:0:5::9'), '255.255.255.246', 'Teredo (2001::/32): its client IPv4, the last 32 bits inverted');
     assert.equal(clientOf('::1'), '::/64');
     assert.equal(clientOf('fe80::1%eth0'), 'fe80::/64');
-    assert.equal(clientOf('::ffff:0:c000:207'), '::/64', 'IPv4-translated (::ffff:0:…) stays IPv6, as in Envoy');
+    assert.equal(clientOf('::ffff:0:c000:207'), '192.0.2.7', 'IPv4-translated (SIIT, ::ffff:0:…) is its IPv4 (Envoy\'s local stage keys it on ::/64: docs/api.md)');
+    assert.equal(clientOf('2002:c000:207::1'), '192.0.2.7', '6to4 is its IPv4');
+    assert.equal(clientOf('2002:c000:207::/64'), '2002:c000:207::/64', 'a masked value is kept as Envoy sent it');
     for (const bad of ['', 'unknown', '1.2.3.4:80', '[::1]', '2001:db8::1::2']) assert.equal(clientOf(bad), undefined, bad);
   });
 

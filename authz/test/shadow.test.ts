@@ -49,7 +49,7 @@ describe('shadow settings', () => {
     assert.doesNotThrow(() => loadConfig({ BLOCKED_COUNTRIES: 'PL', SHADOW_BLOCKED_COUNTRIES: '', SHADOW_CLOSE_ONLY_COUNTRIES: 'PL' }));
   });
 
-  test('shadow settings – all five are known settings (README documents them)', () => {
+  test('shadow settings – all six are known settings (README documents them)', () => {
     for (const name of SHADOW_SETTINGS) assert.ok(KNOWN_SETTINGS.has(name), name);
   });
 });
@@ -82,6 +82,26 @@ describe('shadow classification', () => {
     assert.equal(classify('192.0.2.1'), pl, 'cached with the record');
     assert.deepEqual([classify('127.0.0.1').access, classify('127.0.0.1').shadow?.access], ['full', 'full']);
     assert.deepEqual([classify('192.0.2.9').access, classify('192.0.2.9').shadow?.access], ['blocked', 'full']);
+  });
+});
+
+describe('shadow classification of a record without subdivision (GEO_REGION_UNKNOWN)', () => {
+  const rec: Record<string, GeoRecord> = { '192.0.2.1': { country: 'US', regions: [] }, '192.0.2.2': { country: 'US', regions: ['US-NV'] } };
+  const geo = { lookup: (ip: string) => rec[ip] ?? null };
+  const ENFORCED = { blockedCountries: new Set<string>(), blockedRegions: new Set<string>(), closeOnlyCountries: new Set<string>(), closeOnlyRegions: new Set<string>(), geoUnknown: 'block' as const, geoTrustedCidrs: [] };
+
+  test('shadow – a candidate region rule gives its country\'s records without subdivision the strictest tier in the shadow only; SHADOW_GEO_REGION_UNKNOWN=country keeps the country\'s', () => {
+    const shadow = { ...ENFORCED, blockedRegions: new Set(['US-NV']) };
+    const strict = createGeoClassifier({ ...ENFORCED, shadow }, geo)('192.0.2.1');
+    assert.deepEqual([strict.verdict, strict.access, strict.shadow?.verdict, strict.shadow?.access, strict.shadow?.region], ['allowed', 'full', 'unknown_region', 'blocked', null]);
+    const lax = createGeoClassifier({ ...ENFORCED, shadow: { ...shadow, geoRegionUnknown: 'country' as const } }, geo)('192.0.2.1');
+    assert.deepEqual([lax.shadow?.verdict, lax.shadow?.access], ['unknown_region', 'full']);
+  });
+
+  test('shadow settings – SHADOW_GEO_REGION_UNKNOWN is read, defaults to the enforced GEO_REGION_UNKNOWN, a bad value is refused naming it', () => {
+    assert.equal(loadConfig({ GEO_REGION_UNKNOWN: 'country', SHADOW_BLOCKED_REGIONS: 'US-NV' }).shadow?.geoRegionUnknown, 'country');
+    assert.equal(loadConfig({ SHADOW_GEO_REGION_UNKNOWN: 'Country' }).shadow?.geoRegionUnknown, 'country');
+    assert.throws(() => loadConfig({ SHADOW_GEO_REGION_UNKNOWN: 'loose' }), (e: unknown) => e instanceof ConfigError && e.variable === 'SHADOW_GEO_REGION_UNKNOWN');
   });
 });
 

@@ -59,6 +59,33 @@ const cases: Record<string, [ip: string, expect: Expect, policy?: Partial<GeoPol
   'unknown address, GEO_UNKNOWN=block: blocked': ['192.0.2.200', ['unknown_blocked', 'blocked', JURISDICTION_NONE, null, null]],
   'unknown address, GEO_UNKNOWN=allow: full, ZZ': ['192.0.2.200', ['unknown_allowed', 'full', JURISDICTION_NONE, null, null], { geoUnknown: 'allow' }],
   'unknown address, GEO_UNKNOWN=close-only: close-only, ZZ': ['192.0.2.130', ['unknown_close_only', 'close-only', JURISDICTION_NONE, null, null], { geoUnknown: 'close-only' }],
+  // GEO_REGION_UNKNOWN (issue: a US record without subdivision must not slip past US-NV).
+  'a record without subdivision in a country with a blocked region (strictest, the default): blocked, region null': [
+    '198.18.1.7', ['unknown_region', 'blocked', 'US', 'US', null], { blockedRegions: new Set(['US-NV']) },
+  ],
+  'the same with GEO_REGION_UNKNOWN=country: the country\'s tier (full), still counted as unknown_region': [
+    '198.18.1.7', ['unknown_region', 'full', 'US', 'US', null], { blockedRegions: new Set(['US-NV']), geoRegionUnknown: 'country' },
+  ],
+  'strictest of a close-only region and a full country: close-only': [
+    '198.18.1.7', ['unknown_region', 'close-only', 'US', 'US', null], { blockedRegions: NONE, closeOnlyRegions: new Set(['US-MA']) },
+  ],
+  'strictest of a blocked and a close-only region: blocked': [
+    '198.18.1.7', ['unknown_region', 'blocked', 'US', 'US', null], { blockedRegions: new Set(['US-NV']), closeOnlyRegions: new Set(['US-MA']) },
+  ],
+  'a blocked country stays blocked under GEO_REGION_UNKNOWN=country': [
+    '198.18.1.7', ['unknown_region', 'blocked', 'US', 'US', null], { blockedCountries: new Set(['US']), closeOnlyRegions: new Set(['US-MA']), geoRegionUnknown: 'country' },
+  ],
+  'a close-only country with a close-only region, strictest: close-only (never looser than the country)': [
+    '198.18.1.7', ['unknown_region', 'close-only', 'US', 'US', null], { closeOnlyCountries: new Set(['US']), blockedRegions: NONE, closeOnlyRegions: new Set(['US-MA']) },
+  ],
+  'a US record with a subdivision no rule names: the country\'s tier (full)': [
+    '198.18.2.7', ['allowed', 'full', 'US', 'US', 'US-CA'], { blockedRegions: new Set(['US-NV']) },
+  ],
+  'the blocked region itself: blocked_region': ['198.18.0.7', ['blocked_region', 'blocked', 'US-NV', 'US', 'US-NV'], { blockedRegions: new Set(['US-NV']) }],
+  'a country without region rules is unaffected by another country\'s': ['198.51.100.200', ['close_only_country', 'close-only', 'CU', 'CU', null], { blockedRegions: new Set(['US-NV']) }],
+  'a represented country with a region rule gives its own tier, not the unknown-region one (a base abroad is in none of its regions)': [
+    '2001:db8:10::1', ['allowed', 'full', 'DE', 'DE', null], { blockedRegions: new Set(['US-NV']) },
+  ],
   'no tier settings at all: a region is full under its country': ['203.0.113.70', ['allowed', 'full', 'CA', 'CA', 'CA-QC'], { blockedCountries: NONE, blockedRegions: NONE, closeOnlyCountries: NONE, closeOnlyRegions: NONE }],
 };
 
@@ -94,7 +121,9 @@ describe('tier resolution on the fixture database', () => {
     const classify = createGeoClassifier({ ...POLICY, geoUnknown: 'allow' }, { lookup: (ip) => weird[ip] ?? null });
     assert.deepEqual([classify('192.0.2.1').verdict, classify('192.0.2.1').jurisdiction, classify('192.0.2.1').country], ['unknown_allowed', JURISDICTION_NONE, null]);
     assert.deepEqual([classify('192.0.2.2').access, classify('192.0.2.2').jurisdiction], ['close-only', 'CA-QC']);
-    assert.deepEqual([classify('192.0.2.3').access, classify('192.0.2.3').jurisdiction, classify('192.0.2.3').region], ['full', 'CA', null]);
+    // Its only subdivision ignored, the record names none: CA has a region rule (CA-ON blocked), so
+    // GEO_REGION_UNKNOWN (strictest) gives it the blocked tier, not CA's full one.
+    assert.deepEqual([classify('192.0.2.3').access, classify('192.0.2.3').jurisdiction, classify('192.0.2.3').region, classify('192.0.2.3').verdict], ['blocked', 'CA', null, 'unknown_region']);
   });
 
   test('tiers – every verdict is one of the exported metric labels (bounded cardinality)', () => {
@@ -113,6 +142,15 @@ function oracle(p: GeoPolicy, rec: GeoRecord | null): { access: string; jurisdic
   if (rec === null || rec.country === undefined) {
     return { access: p.geoUnknown === 'allow' ? 'full' : p.geoUnknown === 'close-only' ? 'close-only' : 'blocked', jurisdiction: JURISDICTION_NONE };
   }
+  const rank = { full: 0, 'close-only': 1, blocked: 2 } as const;
+  const own = p.blockedCountries.has(rec.country) ? 'blocked' : p.closeOnlyCountries?.has(rec.country) === true ? 'close-only' : 'full';
+  if (rec.regions.length === 0) {
+    // GEO_REGION_UNKNOWN: a country with any region rule, a record without subdivision.
+    const ruled = (set: ReadonlySet<string> | undefined): boolean => [...(set ?? [])].some((r) => r.startsWith(`${rec.country}-`));
+    const regionTier = ruled(p.blockedRegions) ? 'blocked' : ruled(p.closeOnlyRegions) ? 'close-only' : undefined;
+    if (regionTier !== undefined && (p.geoRegionUnknown ?? 'strictest') === 'strictest' && rank[regionTier] > rank[own]) return { access: regionTier, jurisdiction: rec.country };
+    return { access: own, jurisdiction: rec.country };
+  }
   const blockedRegion = rec.regions.find((r) => p.blockedRegions.has(r));
   if (blockedRegion !== undefined) return { access: 'blocked', jurisdiction: blockedRegion };
   const closeRegion = rec.regions.find((r) => p.closeOnlyRegions?.has(r) === true);
@@ -127,14 +165,15 @@ test('property – tiers (2000 policies × records): the classifier equals the w
   const region = fc.tuple(cc, fc.constantFrom('1', '2', '3')).map(([c, r]) => `${c}-${r}`);
   const policy = fc.record({
     blockedCountries: fc.uniqueArray(cc), closeOnlyCountries: fc.uniqueArray(cc),
-    blockedRegions: fc.uniqueArray(region), closeOnlyRegions: fc.uniqueArray(region),
+    blockedRegions: fc.uniqueArray(region, { maxLength: 3 }), closeOnlyRegions: fc.uniqueArray(region, { maxLength: 3 }),
     geoUnknown: fc.constantFrom('block' as const, 'close-only' as const, 'allow' as const),
+    geoRegionUnknown: fc.constantFrom('strictest' as const, 'country' as const),
   }).map((p) => ({
     // A code has one tier (loadConfig refuses both): close-only keeps what block does not list.
     blockedCountries: new Set(p.blockedCountries), blockedRegions: new Set(p.blockedRegions),
     closeOnlyCountries: new Set(p.closeOnlyCountries.filter((c) => !p.blockedCountries.includes(c))),
     closeOnlyRegions: new Set(p.closeOnlyRegions.filter((r) => !p.blockedRegions.includes(r))),
-    geoUnknown: p.geoUnknown, geoTrustedCidrs: [],
+    geoUnknown: p.geoUnknown, geoRegionUnknown: p.geoRegionUnknown, geoTrustedCidrs: [],
   }));
   const record = fc.option(fc.tuple(fc.option(cc, { nil: undefined }), fc.uniqueArray(fc.constantFrom('1', '2', '3'), { maxLength: 2 }))
     .map(([country, subs]): GeoRecord => ({ country, regions: country === undefined ? [] : subs.map((s) => `${country}-${s}`) })), { nil: null });
@@ -144,9 +183,13 @@ test('property – tiers (2000 policies × records): the classifier equals the w
     const want = oracle(p, rec);
     assert.deepEqual({ access: r.access, jurisdiction: r.jurisdiction }, want);
     seen.add(r.verdict);
-    assert.equal(r.verdict.startsWith('blocked') || r.verdict === 'unknown_blocked', r.access === 'blocked');
-    assert.equal(r.verdict.startsWith('close_only') || r.verdict === 'unknown_close_only', r.access === 'close-only');
-    assert.equal(r.verdict.endsWith('_region'), rec !== null && rec.regions.includes(r.jurisdiction));
+    if (r.verdict === 'unknown_region') {
+      assert.ok(rec !== null && rec.country !== undefined && rec.regions.length === 0 && r.region === null && r.jurisdiction === rec.country);
+    } else {
+      assert.equal(r.verdict.startsWith('blocked') || r.verdict === 'unknown_blocked', r.access === 'blocked');
+      assert.equal(r.verdict.startsWith('close_only') || r.verdict === 'unknown_close_only', r.access === 'close-only');
+      assert.equal(r.verdict.endsWith('_region'), rec !== null && rec.regions.includes(r.jurisdiction));
+    }
     if (r.access !== 'blocked') assert.deepEqual(Object.fromEntries(r.orderHeaders), { 'x-edge-access': r.access, 'x-edge-jurisdiction': r.jurisdiction });
     assert.equal(r.country, rec?.country ?? null);
   }), { numRuns: 2000 });

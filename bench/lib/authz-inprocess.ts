@@ -30,7 +30,8 @@ import { createLogger } from '../../authz/src/common/log.ts';
 import { createMetrics } from '../../authz/src/common/metrics.ts';
 import { classify } from '../../authz/src/common/contract.ts';
 import { evaluate } from '../../authz/src/authz/pipeline.ts';
-import { systemClock } from '../../authz/src/common/ports.ts';
+import { systemClock, type GeoRecord } from '../../authz/src/common/ports.ts';
+import { secondaryGeo } from '../../authz/src/authz/geo-secondary.ts';
 import { createGeoClassifier, normalizeIp } from '../../authz/src/authz/stages/geo.ts';
 import { checkIngestSignature } from '../../authz/src/authz/stages/ingest.ts';
 import { orderStage } from '../../authz/src/authz/stages/order.ts';
@@ -129,6 +130,27 @@ export async function measureInProcess(inp: InProcessInputs, log: (m: string) =>
   // The shadow policy's price: the classifier built with and without it, over the same database.
   const noShadow = createGeoClassifier({ ...config, shadow: undefined }, geo);
   const withShadow = createGeoClassifier(config, geo);
+  const geo2 = new GeoDatabase(config.geoipDb);
+  const twoDbs = createGeoClassifier(config, geo, { secondary: geo2 });
+  const other: GeoRecord = { country: 'KP', regions: [] };
+  const disagreeing = createGeoClassifier(config, geo, secondaryGeo(config, { lookup: () => other }, metrics, logger));
+  const [o1 = 0, o2 = 0, o3 = 0, o4 = 0] = CLIENT_IP.split('.').map(Number);
+  const SIX_TO_FOUR = `2002:${((o1 << 8) | o2).toString(16)}:${((o3 << 8) | o4).toString(16)}::1`;
+  // The decision logic of (a) with GEOIP_DB_SECONDARY, timed in alternation with one database.
+  const core2 = createAuthzCore({
+    config, credentials, geo, geoSecondary: geo2, metrics, logger, nonces: new MemoryNonceStore(), markets, clock: systemClock,
+    ...(anonymizer === undefined ? {} : { anonymizer }),
+  });
+  const decide2 = (buf: Buffer): Buffer | Promise<Buffer> => {
+    const d = evaluate(decodeCheckRequest(buf), core2.pipeline);
+    return d instanceof Promise ? d.then((x) => encodeDecision(x, serialize)) : encodeDecision(d, serialize);
+  };
+  log('in-process: decision (a), one database and two, alternating');
+  const alternating: Row[] = [];
+  for (let round = 0; round < 3; round++) {
+    alternating.push(await t(`decision (a), one database (round ${round + 1})`, () => decide(inp.geoGet)));
+    alternating.push(await t(`decision (a) with GEOIP_DB_SECONDARY (round ${round + 1})`, () => decide2(inp.geoGet)));
+  }
   const parts: Row[] = [
     await t(`decodeCheckRequest (a) — lean decoder, ${inp.geoGet.length} B`, () => decodeCheckRequest(inp.geoGet)),
     await t('proto-loader full decode (a) — what the floor does', () => checkDef.requestDeserialize(inp.geoGet)),
@@ -139,6 +161,11 @@ export async function measureInProcess(inp: InProcessInputs, log: (m: string) =>
       config.shadow === undefined ? undefined : 'with the shadow policy (SHADOW_*), as configured'),
     await t('geo: the same classifier without a shadow policy (no SHADOW_* set), no metric', () => noShadow(CLIENT_IP)),
     await t('geo: the same classifier with the shadow policy, no metric', () => withShadow(CLIENT_IP)),
+    // GEOIP_DB_SECONDARY's price (issue 30 point 5): a second reader of the same file (two lookups
+    // that agree), and a stub that always disagrees (the stricter tier + the pair's counter).
+    await t('geo: classifier with GEOIP_DB_SECONDARY (a second reader of the same file: two lookups, agreeing), no metric', () => twoDbs(CLIENT_IP)),
+    await t('geo: classifier with a secondary that disagrees on every address (stricter tier + edge_geoip_disagreements_total)', () => disagreeing(CLIENT_IP)),
+    await t('geo: classifier, the 6to4 form of the same address (embedded IPv4 parsed, common/ip.ts)', () => noShadow(SIX_TO_FOUR)),
     ...(anonymizer === undefined ? [] : [
       await t('anonymizer: AnonymizerDatabase.flags, an address with no record (maxmind)', () => anonymizer.flags(CLIENT_IP)),
       await t('anonymizer: the order route\'s check (normalize + lookup + flag mask)', () => pipeline.anonymizer?.blocks(CLIENT_IP, 'order')),
@@ -161,6 +188,7 @@ export async function measureInProcess(inp: InProcessInputs, log: (m: string) =>
     await t('ingest: SHA-256 + Ed25519 verify', () => verifyEnvelopeSignature(document, signature, pipeline.ingest.feedKeys)),
     await t('ingest: checkDocument (UTF-8 + JSON + ajv schema)', () => checkDocument(document, conditionId)),
     await t('order: orderStage (JSON + checks + market hit)', () => orderStage(inputC.body, pipeline.order)),
+    ...alternating,
   ];
 
   log('in-process: Redis nonce write (SET NX EX), 64 in flight');

@@ -18,6 +18,7 @@ import { createAnonymizerCheck } from './stages/anonymizer.ts';
 import { createSealState, type SealState } from '../common/seal.ts';
 import { createGeoClassifier, type GeoResult } from './stages/geo.ts';
 import { shadowHooks } from './shadow.ts';
+import { secondaryGeo } from './geo-secondary.ts';
 import type { GrpcServiceRegistration } from '../ratelimit/service.ts';
 import { withGlobalLimit, type CheckLimiter } from '../ratelimit/check-limit.ts';
 import type { Decision } from './decision.ts';
@@ -27,6 +28,8 @@ export interface AuthzCoreDeps {
   readonly config: Config;
   readonly credentials: Credentials;
   readonly geo: GeoLookup;
+  /** GEOIP_DB_SECONDARY's database, when configured: looked up beside `geo`, the stricter tier wins. */
+  readonly geoSecondary?: GeoLookup | undefined;
   /** The anonymizer database, when config.anonymizer is set (ANONYMIZER_DB). */
   readonly anonymizer?: AnonymizerLookup;
   readonly nonces: NonceStore;
@@ -62,7 +65,7 @@ export function createAuthzCore(deps: AuthzCoreDeps): AuthzCore {
   const { config, credentials, logger, metrics } = deps;
   const logDecisions = config.logDecisions;
   const sealState = deps.sealState ?? createSealState();
-  const classifyGeoRaw = createGeoClassifier(config, deps.geo);
+  const classifyGeoRaw = createGeoClassifier(config, deps.geo, secondaryGeo(config, deps.geoSecondary, metrics, logger));
   // The classification of the Check being evaluated, for its decision line. The pipeline calls
   // classifyGeo synchronously, before its first await, so right after evaluate() returns (a
   // Decision or a Promise) this holds that Check's result; undefined when geo did not run.

@@ -4,7 +4,8 @@
  * body and in Envoy's access log as `request_id`).
  *
  * What a line holds, and deliberately not: the client's address class (`ipv4`, `ipv6`, `trusted`
- * or `invalid`), never the address itself (Envoy's access log line with the same request id has
+ * or `invalid`) and, for an IPv6 address judged as the IPv4 it embeds, the form (`embedded`),
+ * never the address itself (Envoy's access log line with the same request id has
  * it, for whoever may see it); the country and tier the geo stage decided; for an ingest the
  * 12-hex `nonceTag`, never the nonce, signature, timestamp, body or any key; never an order's
  * payload.
@@ -14,7 +15,7 @@ import { nonceTag } from '../common/log.ts';
 import type { AuthzInput } from './codec/request.ts';
 import type { Decision } from './decision.ts';
 import type { RouteLabel } from './pipeline.ts';
-import { normalizeIp } from './stages/geo.ts';
+import { embeddedIpv4, normalizeIp, type EmbeddedForm } from '../common/ip.ts';
 
 /** The message of every decision line (`jq 'select(.msg == "decision")'`). */
 export const DECISION_MSG = 'decision';
@@ -31,6 +32,11 @@ export interface DecisionLine {
   /** The code and, for invalid_order, the field (`invalid_order:size`); denials only. */
   readonly reason?: string;
   readonly client: ClientClass;
+  /**
+   * An IPv6 client address that embeds an IPv4 and was judged as it (common/ip.ts): the form,
+   * `6to4`, `nat64`, `nat64-local`, `siit` or `teredo` (never the address); absent otherwise.
+   */
+  readonly embedded?: EmbeddedForm;
   /** ISO country of the client's GeoIP record; null when not looked up or none. */
   readonly country: string | null;
   /** The region whose rule applied, else the record's first subdivision; null when none. */
@@ -78,6 +84,10 @@ export function decisionLine(input: AuthzInput, d: Decision, route: RouteLabel, 
     latencyMs: Math.round(seconds * 1e6) / 1e3,
   };
   if (!d.allow) line.reason = d.reason;
+  if (line.client === 'ipv6') {
+    const e = embeddedIpv4(normalizeIp(input.clientIp));
+    if (e !== undefined) line.embedded = e.form;
+  }
   if (geo?.shadow !== undefined) line.shadow = geo.shadow.access;
   if (route === 'ingest' || route === 'ingest_headers') {
     const tag = nonceTag(input.nonce);

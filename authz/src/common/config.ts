@@ -42,6 +42,12 @@ export const DEFAULT_GEO_NOTICE =
 /** GEO_UNKNOWN: the tier of an address the database has no country for. */
 export type GeoUnknown = 'block' | 'close-only' | 'allow';
 
+/**
+ * GEO_REGION_UNKNOWN: the tier of a record whose country has a region rule but which names no
+ * subdivision: the strictest of that country's region rules and its own, or the country's own.
+ */
+export type GeoRegionUnknown = 'strictest' | 'country';
+
 /** The tier rules of a geo policy: what the enforced policy and a shadow policy each consist of. */
 export interface TierPolicy {
   readonly blockedCountries: ReadonlySet<string>;
@@ -49,11 +55,13 @@ export interface TierPolicy {
   readonly closeOnlyCountries: ReadonlySet<string>;
   readonly closeOnlyRegions: ReadonlySet<string>;
   readonly geoUnknown: GeoUnknown;
+  readonly geoRegionUnknown: GeoRegionUnknown;
 }
 
 /** The shadow policy's settings; each one unset means "as enforced" (SHADOW_<NAME> → <NAME>). */
 export const SHADOW_SETTINGS = [
   'SHADOW_BLOCKED_COUNTRIES', 'SHADOW_BLOCKED_REGIONS', 'SHADOW_CLOSE_ONLY_COUNTRIES', 'SHADOW_CLOSE_ONLY_REGIONS', 'SHADOW_GEO_UNKNOWN',
+  'SHADOW_GEO_REGION_UNKNOWN',
 ] as const;
 
 /** LOG_DECISIONS: which authz decisions are logged (docs/operations.md "Decision log"). */
@@ -178,6 +186,8 @@ export interface Config {
 
   // Geo
   readonly geoipDb: string;
+  /** GEOIP_DB_SECONDARY: a second database looked up beside GEOIP_DB, the stricter tier wins; undefined: none. */
+  readonly geoipDbSecondary: string | undefined;
   readonly geoipReloadIntervalMs: number;
   readonly blockedCountries: ReadonlySet<string>;
   readonly blockedRegions: ReadonlySet<string>;
@@ -186,6 +196,8 @@ export interface Config {
   readonly closeOnlyRegions: ReadonlySet<string>;
   /** What an address without a country gets: 451, close-only, or full access. */
   readonly geoUnknown: GeoUnknown;
+  /** A record in a country with a region rule but without a subdivision: GEO_REGION_UNKNOWN (default strictest). */
+  readonly geoRegionUnknown: GeoRegionUnknown;
   /**
    * A candidate policy evaluated beside the enforced one and never enforced (SHADOW_*; docs/
    * operations.md "Changing the geo policy: shadow first"); undefined when no SHADOW_* variable
@@ -416,7 +428,14 @@ function shadowPolicy(env: Env, enforced: TierPolicy): TierPolicy | undefined {
     closeOnlyCountries: new Set(closeOnlyCountries),
     closeOnlyRegions: new Set(closeOnlyRegions),
     geoUnknown: given('SHADOW_GEO_UNKNOWN') ? geoUnknownSetting(env, 'SHADOW_GEO_UNKNOWN', enforced.geoUnknown) : enforced.geoUnknown,
+    geoRegionUnknown: given('SHADOW_GEO_REGION_UNKNOWN') ? geoRegionUnknownSetting(env, 'SHADOW_GEO_REGION_UNKNOWN', enforced.geoRegionUnknown) : enforced.geoRegionUnknown,
   });
+}
+
+function geoRegionUnknownSetting(env: Env, name: string, def: GeoRegionUnknown = 'strictest'): GeoRegionUnknown {
+  const v = (str(env, name) ?? def).toLowerCase();
+  if (v !== 'strictest' && v !== 'country') throw new ConfigError(name, '"strictest" or "country"', v);
+  return v;
 }
 
 function geoUnknownSetting(env: Env, name: string, def: GeoUnknown = 'block'): GeoUnknown {
@@ -610,9 +629,10 @@ export function loadConfig(env: Env = process.env): Config {
   oneTier('CLOSE_ONLY_COUNTRIES', closeOnlyCountries, 'BLOCKED_COUNTRIES', blockedCountries);
   oneTier('CLOSE_ONLY_REGIONS', closeOnlyRegions, 'BLOCKED_REGIONS', blockedRegions);
   const geoUnknown = geoUnknownSetting(env, 'GEO_UNKNOWN');
+  const geoRegionUnknown = geoRegionUnknownSetting(env, 'GEO_REGION_UNKNOWN');
   const shadow = shadowPolicy(env, {
     blockedCountries: new Set(blockedCountries), blockedRegions: new Set(blockedRegions),
-    closeOnlyCountries: new Set(closeOnlyCountries), closeOnlyRegions: new Set(closeOnlyRegions), geoUnknown,
+    closeOnlyCountries: new Set(closeOnlyCountries), closeOnlyRegions: new Set(closeOnlyRegions), geoUnknown, geoRegionUnknown,
   });
   const trusted = str(env, 'GEO_TRUSTED_CIDRS') === undefined && env['GEO_TRUSTED_CIDRS'] === undefined
     ? ['127.0.0.0/8', '::1/128']
@@ -735,12 +755,14 @@ export function loadConfig(env: Env = process.env): Config {
     orderBackend: parseBackend(env),
 
     geoipDb: str(env, 'GEOIP_DB') ?? DEFAULT_GEOIP_DB,
+    geoipDbSecondary: str(env, 'GEOIP_DB_SECONDARY'),
     geoipReloadIntervalMs: int(env, 'GEOIP_RELOAD_INTERVAL_MS', 2000, 50, 3_600_000),
     blockedCountries: new Set(blockedCountries),
     blockedRegions: new Set(blockedRegions),
     closeOnlyCountries: new Set(closeOnlyCountries),
     closeOnlyRegions: new Set(closeOnlyRegions),
     geoUnknown,
+    geoRegionUnknown,
     shadow,
     geoTrustedCidrs: Object.freeze(trusted),
     geoNotice,

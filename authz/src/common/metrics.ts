@@ -31,7 +31,7 @@ export const DECISION_CODES: Readonly<Record<RouteLabel, readonly DecisionCode[]
 /** Every GeoVerdict (the compiler checks the list is complete). */
 export const GEO_VERDICTS = Object.keys({
   trusted: 0, allowed: 0, blocked_country: 0, blocked_region: 0, close_only_country: 0, close_only_region: 0,
-  unknown_blocked: 0, unknown_close_only: 0, unknown_allowed: 0,
+  unknown_blocked: 0, unknown_close_only: 0, unknown_allowed: 0, unknown_region: 0,
 } satisfies Record<GeoVerdict, 0>) as GeoVerdict[];
 export const GEOIP_RELOAD_RESULTS = ['ok', 'failed'] as const;
 /** The tiers, as the shadow-disagreement metric labels them (enforced × shadow, the 6 unequal pairs). */
@@ -75,6 +75,13 @@ export interface AuthzMetrics {
   anonymizerDenied(route: RouteLabel): void;
   /** Counts one enforced classification by its verdict (a fixed set: GEO_VERDICTS). */
   geoVerdict(geo: GeoResult): void;
+  /** One GEOIP_DB_SECONDARY reload attempt. */
+  geoipSecondaryReload(ok: boolean): void;
+  /**
+   * One request whose address GEOIP_DB and GEOIP_DB_SECONDARY give different countries, by the pair
+   * (each a country a rule names, `other`, or `none`: a bounded label set; core.ts geoDbPairLabel).
+   */
+  geoipDisagreement(primary: string, secondary: string): void;
   /** One request the shadow policy (SHADOW_*) would have put in another tier. */
   shadowDisagreement(enforced: Access, shadow: Access): void;
   setSealed(sealed: boolean): void;
@@ -134,6 +141,18 @@ export function createMetrics(opts: { geoipBuildEpochSecs: () => number; default
     labelNames: ['verdict'] as const,
     registers: [registry],
   });
+  const geoSecondaryReloads = new Counter({
+    name: 'edge_geoip_secondary_reloads_total',
+    help: 'Secondary GeoIP database (GEOIP_DB_SECONDARY) reload attempts by result (failed = corrupt or refused file, old database kept)',
+    labelNames: ['result'] as const,
+    registers: [registry],
+  });
+  const geoDisagreements = new Counter({
+    name: 'edge_geoip_disagreements_total',
+    help: 'Requests whose address GEOIP_DB and GEOIP_DB_SECONDARY place in different countries, by both (a country a rule names, other, or none); the stricter tier was applied',
+    labelNames: ['primary', 'secondary'] as const,
+    registers: [registry],
+  });
   const shadowDisagreements = new Counter({
     name: 'edge_geo_shadow_disagreements_total',
     help: 'Requests the shadow geo policy (SHADOW_*) would have put in another tier than the enforced one, by both tiers (never enforced)',
@@ -174,6 +193,7 @@ export function createMetrics(opts: { geoipBuildEpochSecs: () => number; default
   zeroSeries(decisions, Object.entries(DECISION_CODES).flatMap(([route, codes]) => codes.map((c) => [route, c === 'ok' ? 'allow' : 'deny', c])));
   zeroSeries(redisErrors, REDIS_OPS.map((op) => [op]));
   zeroSeries(geoReloads, GEOIP_RELOAD_RESULTS.map((r) => [r]));
+  zeroSeries(geoSecondaryReloads, GEOIP_RELOAD_RESULTS.map((r) => [r]));
   zeroSeries(geoVerdicts, GEO_VERDICTS.map((v) => [v]));
   zeroSeries(anonymizerReloads, GEOIP_RELOAD_RESULTS.map((r) => [r]));
   zeroSeries(anonymizerDenials, ['order', 'order_headers', 'ingest', 'ingest_headers', 'read'].map((r) => [r]));
@@ -186,6 +206,7 @@ export function createMetrics(opts: { geoipBuildEpochSecs: () => number; default
   const decisionChildren = new Map<string, Child>();
   const latencyChildren = new Map<string, HChild>();
   const verdictChildren = new Map<string, Child>();
+  const disagreementChildren = new Map<string, Child>();
   return {
     registry,
     decision(route, d, seconds) {
@@ -212,6 +233,16 @@ export function createMetrics(opts: { geoipBuildEpochSecs: () => number; default
       if (c === undefined) {
         c = geoVerdicts.labels(verdict);
         verdictChildren.set(verdict, c);
+      }
+      c.inc();
+    },
+    geoipSecondaryReload: (ok) => geoSecondaryReloads.labels(ok ? 'ok' : 'failed').inc(),
+    geoipDisagreement(primary, secondary) {
+      const key = `${primary}|${secondary}`;
+      let c = disagreementChildren.get(key);
+      if (c === undefined) {
+        c = geoDisagreements.labels(primary, secondary);
+        disagreementChildren.set(key, c);
       }
       c.inc();
     },

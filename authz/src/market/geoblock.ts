@@ -7,7 +7,8 @@
  */
 import type { IncomingMessage } from 'node:http';
 import { HEADER } from '../common/contract.ts';
-import { normalizeIp, type GeoResult } from '../authz/stages/geo.ts';
+import type { GeoResult } from '../authz/stages/geo.ts';
+import { normalizeIp } from '../common/ip.ts';
 
 /** The client address: `x-edge-client-ip` (Envoy always overwrites it), else the TCP peer (a direct request). */
 export function clientAddress(req: IncomingMessage): string {

@@ -25,6 +25,7 @@
 import { isIP } from 'node:net';
 import type { Redis } from 'ioredis';
 import { RATE_LIMIT } from '../common/contract.ts';
+import { canonicalAddress } from '../common/ip.ts';
 
 export const RATE_LIMIT_KEY_PREFIX = 'edge:rl:';
 
@@ -585,7 +586,9 @@ function mappedV4(g: readonly number[]): string | undefined {
  */
 export function clientOf(value: string): string | undefined {
   const slash = value.indexOf('/');
-  const address = slash === -1 ? value : value.slice(0, slash);
+  // An address that embeds an IPv4 (6to4, NAT64, SIIT, Teredo) is that IPv4's client (common/ip.ts);
+  // a masked value (Envoy's /64) no longer holds one.
+  const address = slash === -1 ? canonicalAddress(value) : value.slice(0, slash);
   const family = isIP(address);
   if (family === 4) return address;
   if (family !== 6) return undefined;
@@ -607,7 +610,9 @@ export interface ClientKey {
  */
 export function clientKeys(prefixLength: number): (address: string) => ClientKey | undefined {
   const withPrefix = prefixLength < RATE_LIMIT.v6PrefixLength;
-  return (address) => {
+  return (raw) => {
+    // An embedded IPv4 (6to4, NAT64, SIIT, Teredo) takes that IPv4's bucket (common/ip.ts).
+    const address = canonicalAddress(raw);
     const family = isIP(address);
     if (family === 4) return { client: address, prefix: undefined };
     if (family !== 6) return undefined;

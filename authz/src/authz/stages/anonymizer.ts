@@ -7,7 +7,8 @@
  */
 import type { RouteKind } from '../../common/contract.ts';
 import type { AnonymizerLookup } from '../../common/ports.ts';
-import { normalizeIp, type GeoResult } from './geo.ts';
+import type { GeoResult } from './geo.ts';
+import { embeddedIpv4, normalizeIp } from '../../common/ip.ts';
 
 export type AnonymizerAction = 'block' | 'allow';
 
@@ -27,7 +28,8 @@ export function createAnonymizerCheck(policy: AnonymizerPolicy, db: AnonymizerLo
   return (rawIp, route) => {
     if (actions[route] !== 'block') return false;
     const ip = normalizeIp(rawIp);
-    return ip !== '' && (db.flags(ip) & flagMask) !== 0;
+    // An embedded IPv4 (6to4, NAT64, SIIT, Teredo) is looked up as that IPv4, as geo does.
+    return ip !== '' && (db.flags(ip.includes(':') ? (embeddedIpv4(ip)?.ipv4 ?? ip) : ip) & flagMask) !== 0;
   };
 }
 

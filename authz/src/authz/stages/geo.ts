@@ -8,6 +8,7 @@ import type { Decision, Header } from '../decision.ts';
 import type { GeoLookup, GeoRecord } from '../../common/ports.ts';
 import { HEADER, JURISDICTION_NONE, type Access } from '../../common/contract.ts';
 import { RE } from '../../common/rules.ts';
+import { embeddedIpv4, normalizeIp } from '../../common/ip.ts';
 
 export interface GeoPolicy {
   readonly blockedCountries: ReadonlySet<string>;
@@ -16,6 +17,8 @@ export interface GeoPolicy {
   readonly closeOnlyCountries?: ReadonlySet<string>;
   readonly closeOnlyRegions?: ReadonlySet<string>;
   readonly geoUnknown: 'block' | 'close-only' | 'allow';
+  /** GEO_REGION_UNKNOWN (default `strictest`): a record without subdivision in a country that has a region rule. */
+  readonly geoRegionUnknown?: RegionUnknown | undefined;
   readonly geoTrustedCidrs: readonly string[];
   /** A shadow policy's tiers (SHADOW_*): classified beside, never enforced. */
   readonly shadow?: TierRules | undefined;
@@ -29,7 +32,15 @@ export type GeoVerdict =
   | 'trusted' | 'allowed'
   | 'blocked_country' | 'blocked_region'
   | 'close_only_country' | 'close_only_region'
-  | 'unknown_blocked' | 'unknown_close_only' | 'unknown_allowed';
+  | 'unknown_blocked' | 'unknown_close_only' | 'unknown_allowed'
+  | 'unknown_region';
+
+/**
+ * GEO_REGION_UNKNOWN: what a record gets whose country has a region rule but which names no
+ * subdivision (docs/api.md "Jurisdiction tiers"): `strictest`, the most restrictive tier among
+ * the country's region rules and its own; `country`, the country's own tier.
+ */
+export type RegionUnknown = 'strictest' | 'country';
 
 /** One classification. Shared, frozen objects: the classifier never builds one per request. */
 export interface GeoResult {
@@ -53,46 +64,8 @@ export interface GeoResult {
   readonly shadow?: GeoResult;
 }
 
-const V4_MAPPED = new BlockList();
-V4_MAPPED.addSubnet('::ffff:0:0', 96, 'ipv6');
-
-/** The 8 16-bit groups of a valid IPv6 address (handles '::' and a dotted IPv4 tail). */
-function ipv6Groups(ip: string): number[] {
-  let s = ip;
-  const tail: number[] = [];
-  const lastColon = s.lastIndexOf(':');
-  if (s.indexOf('.', lastColon) !== -1) {
-    const [a = 0, b = 0, c = 0, d = 0] = s.slice(lastColon + 1).split('.').map(Number);
-    tail.push((a << 8) | b, (c << 8) | d);
-    s = s.slice(0, lastColon + 1) + '0';
-  }
-  const [head = '', rest] = s.split('::');
-  const parse = (part: string): number[] => (part === '' ? [] : part.split(':').map((g) => parseInt(g, 16)));
-  const h = parse(head);
-  const r = rest === undefined ? [] : parse(rest);
-  const groups = rest === undefined ? h : [...h, ...new Array<number>(8 - h.length - r.length).fill(0), ...r];
-  if (tail.length === 2) groups.splice(6, 2, ...tail);
-  return groups;
-}
-
-/**
- * Strips IPv6 brackets and a zone id, and turns any IPv4-mapped IPv6 form (::ffff:1.2.3.4,
- * ::ffff:102:304, 0:0:0:0:0:ffff:1.2.3.4) into the IPv4 address; '' when not an IP address.
- */
-export function normalizeIp(raw: string): string {
-  let ip = raw.trim();
-  if (ip.startsWith('[') && ip.endsWith(']')) ip = ip.slice(1, -1);
-  const zone = ip.indexOf('%');
-  if (zone !== -1) ip = ip.slice(0, zone);
-  const family = isIP(ip);
-  if (family === 6 && V4_MAPPED.check(ip, 'ipv6')) {
-    const g = ipv6Groups(ip);
-    const hi = g[6] ?? 0;
-    const lo = g[7] ?? 0;
-    return `${hi >> 8}.${hi & 255}.${lo >> 8}.${lo & 255}`;
-  }
-  return family === 0 ? '' : ip;
-}
+/** Re-exported: the one parser of client addresses is common/ip.ts. */
+export { normalizeIp };
 
 /** Dotted-quad IPv4 → uint32 (the input is already known to be a valid IPv4 address). */
 function ipv4ToInt(ip: string): number {
@@ -176,6 +149,8 @@ export interface TierRules {
   readonly closeOnlyCountries?: ReadonlySet<string>;
   readonly closeOnlyRegions?: ReadonlySet<string>;
   readonly geoUnknown: 'block' | 'close-only' | 'allow';
+  /** GEO_REGION_UNKNOWN (SHADOW_GEO_REGION_UNKNOWN for a shadow policy); `strictest` when absent. */
+  readonly geoRegionUnknown?: RegionUnknown | undefined;
 }
 
 const NO_CODES: ReadonlySet<string> = new Set<string>();
@@ -183,7 +158,36 @@ const NO_CODES: ReadonlySet<string> = new Set<string>();
 /** The results of one set of tier rules: for an unknown address, and for a country and its regions. */
 interface TierResolver {
   readonly unknown: GeoResult;
+  /** The tier of a located record (`regions` empty: no subdivision, GEO_REGION_UNKNOWN may apply). */
   resolve(country: string, regions: readonly string[]): GeoResult;
+  /** The country's own tier, no region rule considered (a represented country). */
+  countryTier(country: string): GeoResult;
+}
+
+const ACCESS_RANK: Readonly<Record<Access, number>> = { full: 0, 'close-only': 1, blocked: 2 };
+
+/** The ISO 3166-1 country of an ISO 3166-2 code (`US-NV` → `US`). */
+function countryOfRegion(region: string): string {
+  return region.slice(0, region.indexOf('-'));
+}
+
+/**
+ * For each country that has a region rule (enforced or, given a shadow policy's rules, shadow):
+ * the tier its records without a subdivision get under GEO_REGION_UNKNOWN: `strictest`, the most
+ * restrictive of its region rules' tiers and its own; `country`, its own. Logged at start.
+ */
+export function regionUnknownTiers(rules: TierRules): Record<string, Access> {
+  const closeOnlyRegions = rules.closeOnlyRegions ?? NO_CODES;
+  const own = (cc: string): Access => (rules.blockedCountries.has(cc) ? 'blocked' : (rules.closeOnlyCountries ?? NO_CODES).has(cc) ? 'close-only' : 'full');
+  const strictest = (rules.geoRegionUnknown ?? 'strictest') === 'strictest';
+  const regionTier = new Map<string, Access>();
+  for (const r of closeOnlyRegions) regionTier.set(countryOfRegion(r), 'close-only');
+  for (const r of rules.blockedRegions) regionTier.set(countryOfRegion(r), 'blocked');
+  const out: Record<string, Access> = {};
+  for (const [cc, tier] of [...regionTier].sort(([a], [b]) => (a < b ? -1 : 1))) {
+    out[cc] = strictest && ACCESS_RANK[tier] > ACCESS_RANK[own(cc)] ? tier : own(cc);
+  }
+  return out;
 }
 
 function tierResolver(rules: TierRules): TierResolver {
@@ -197,10 +201,20 @@ function tierResolver(rules: TierRules): TierResolver {
     : rules.geoUnknown === 'close-only'
       ? result('unknown_close_only', 'close-only', null, null, JURISDICTION_NONE)
       : result('unknown_blocked', 'blocked', null, null, JURISDICTION_NONE);
+  const countryTier = (country: string, first: string | null): GeoResult => {
+    if (blockedCountries.has(country)) return result('blocked_country', 'blocked', country, first, country);
+    if (closeOnlyCountries.has(country)) return result('close_only_country', 'close-only', country, first, country);
+    return result('allowed', 'full', country, first, country);
+  };
+  // Precomputed once: for each country that has a region rule, what a record of it without a
+  // subdivision gets (GEO_REGION_UNKNOWN), counted as `unknown_region`, region null.
+  const regionUnknown = new Map<string, GeoResult>();
+  for (const [cc, access] of Object.entries(regionUnknownTiers(rules))) regionUnknown.set(cc, result('unknown_region', access, cc, null, cc));
   return {
     unknown,
     /** The tier of one record: a region rule (block before close-only) overrides the country's rule. */
     resolve(country, regions) {
+      if (regions.length === 0) return regionUnknown.get(country) ?? countryTier(country, null);
       let blockedBy: string | undefined;
       let closeOnlyBy: string | undefined;
       if (anyRegionRule) {
@@ -215,15 +229,12 @@ function tierResolver(rules: TierRules): TierResolver {
       const first = regions[0] ?? null;
       if (blockedBy !== undefined) return result('blocked_region', 'blocked', country, blockedBy, blockedBy);
       if (closeOnlyBy !== undefined) return result('close_only_region', 'close-only', country, closeOnlyBy, closeOnlyBy);
-      if (blockedCountries.has(country)) return result('blocked_country', 'blocked', country, first, country);
-      if (closeOnlyCountries.has(country)) return result('close_only_country', 'close-only', country, first, country);
-      return result('allowed', 'full', country, first, country);
+      return countryTier(country, first);
     },
+    countryTier: (country) => countryTier(country, null),
   };
 }
 
-const ACCESS_RANK: Readonly<Record<Access, number>> = { full: 0, 'close-only': 1, blocked: 2 };
-const NO_REGIONS: readonly string[] = [];
 
 /**
  * One database record under one set of tier rules (once per record). Where the client is
@@ -240,21 +251,28 @@ function judge(tiers: TierResolver, rec: GeoRecord): GeoResult {
     : tiers.unknown;
   const rep = rec.represented;
   if (rep === undefined || rep === rec.country || !RE.country.test(rep)) return here;
-  const there = tiers.resolve(rep, NO_REGIONS);
+  // The represented country's own tier: its users are under that country's rules, but they are
+  // not in any of its regions, so GEO_REGION_UNKNOWN does not apply to it.
+  const there = tiers.countryTier(rep);
   return ACCESS_RANK[there.access] > ACCESS_RANK[here.access] ? there : here;
 }
 
 /**
  * Builds the geo classifier once at start-up. Per request it normalizes the address, checks the
- * trusted CIDRs and looks the address up; the tier of a database record is resolved once per
+ * trusted CIDRs and looks the address up (an embedded IPv4's own address for the forms
+ * common/ip.ts names); the tier of a database record is resolved once per
  * record object (the GeoDatabase hands out the same object for every address that shares a
  * record) and remembered in a WeakMap, so the common path is one lookup and one WeakMap hit.
  *
  * With `policy.shadow` (SHADOW_*), every result also carries `shadow`: the same address
  * classified by the shadow policy's tiers, resolved and cached together with the enforced one,
  * so a shadow policy costs no second lookup. Without it no result has `shadow`.
+ *
+ * With `opts.secondary` (GEOIP_DB_SECONDARY) the address is looked up in both databases, each
+ * record resolved and cached the same way, and the stricter tier wins (stricterOfTwo); two
+ * different countries are reported to `opts.onDisagreement`.
  */
-export function createGeoClassifier(policy: GeoPolicy, geo: GeoLookup): (rawIp: string) => GeoResult {
+export function createGeoClassifier(policy: GeoPolicy, geo: GeoLookup, opts: SecondaryOptions = {}): (rawIp: string) => GeoResult {
   const isTrusted = trustedMatcher(policy.geoTrustedCidrs);
   const enforced = tierResolver(policy);
   const shadow = policy.shadow === undefined ? undefined : tierResolver(policy.shadow);
@@ -267,17 +285,64 @@ export function createGeoClassifier(policy: GeoPolicy, geo: GeoLookup): (rawIp: 
     : (rec: GeoRecord): GeoResult => withShadow(judge(enforced, rec), judge(shadow, rec));
 
   const byRecord = new WeakMap<GeoRecord, GeoResult>();
-  return (rawIp: string): GeoResult => {
-    const ip = normalizeIp(rawIp);
-    if (ip === '') return UNKNOWN;
-    if (isTrusted(ip, ip.includes(':') ? 6 : 4)) return TRUSTED;
-    const rec = geo.lookup(ip);
+  const resultOf = (rec: GeoRecord | null): GeoResult => {
     if (rec === null || (rec.country === undefined && rec.represented === undefined)) return UNKNOWN;
     let r = byRecord.get(rec);
     if (r === undefined) {
       r = classify(rec);
       byRecord.set(rec, r);
     }
+    return r;
+  };
+  const second = opts.secondary;
+  const both = second === undefined ? undefined : stricterOfTwo(shadow !== undefined, opts.onDisagreement);
+  return (rawIp: string): GeoResult => {
+    const ip = normalizeIp(rawIp);
+    if (ip === '') return UNKNOWN;
+    const v6 = ip.includes(':');
+    // Trust is for the address as received: an embedded IPv4 (which anyone routing through a
+    // relay or translator can carry) never makes an address trusted.
+    if (isTrusted(ip, v6 ? 6 : 4)) return TRUSTED;
+    // An IPv6 address that embeds an IPv4 (6to4, NAT64, SIIT, Teredo: common/ip.ts) is the IPv4.
+    const key = v6 ? (embeddedIpv4(ip)?.ipv4 ?? ip) : ip;
+    const primary = resultOf(geo.lookup(key));
+    if (second === undefined || both === undefined) return primary;
+    return both(primary, resultOf(second.lookup(key)));
+  };
+}
+
+/** GEOIP_DB_SECONDARY: a second database, and who hears of the two disagreeing. */
+export interface SecondaryOptions {
+  readonly secondary?: GeoLookup | undefined;
+  /** Called when the two databases give different countries for an address (the enforced results, before combining). */
+  readonly onDisagreement?: ((primary: GeoResult, secondary: GeoResult) => void) | undefined;
+}
+
+/**
+ * The combination of the two databases' results for one address: the stricter tier wins (the
+ * primary's on a tie), and so, independently, for the shadow policy's; a result without a
+ * country (no record, GEO_UNKNOWN's tier) yields to the other database's. Results are shared objects,
+ * so the common cases (the same result, or one whole result the stricter) build nothing; a mixed
+ * one (the enforced tier from one database, the shadow's from the other) is built once per pair.
+ */
+function stricterOfTwo(hasShadow: boolean, onDisagreement: SecondaryOptions['onDisagreement']): (a: GeoResult, b: GeoResult) => GeoResult {
+  const mixed = new WeakMap<GeoResult, WeakMap<GeoResult, GeoResult>>();
+  const stricter = (a: GeoResult, b: GeoResult): GeoResult => (ACCESS_RANK[b.access] > ACCESS_RANK[a.access] ? b : a);
+  return (a, b) => {
+    if (a === b) return a;
+    if (a.country !== b.country) onDisagreement?.(a, b);
+    // An address one database has no country for is judged by the other: no record is no
+    // location, not a disagreement about one (counted all the same); both without: GEO_UNKNOWN.
+    if (b.country === null) return a;
+    if (a.country === null) return b;
+    const e = stricter(a, b);
+    if (!hasShadow) return e;
+    const s = stricter(a.shadow!, b.shadow!);
+    if (s === e.shadow) return e;
+    let m = mixed.get(a);
+    if (m === undefined) mixed.set(a, (m = new WeakMap()));
+    let r = m.get(b);
+    if (r === undefined) m.set(b, (r = Object.freeze({ ...e, shadow: s })));
     return r;
   };
 }

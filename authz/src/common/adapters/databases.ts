@@ -11,7 +11,7 @@ import { GeoDatabase, regionRuleOf } from './geoip.ts';
  * Opens, checks and closes each database `config` names. Throws a ConfigError naming the setting:
  * the check's refusal (the wrong kind of database), or a file that cannot be read as one.
  */
-export function checkDatabases(config: Pick<Config, 'geoipDb' | 'anonymizer' | 'blockedRegions' | 'closeOnlyRegions' | 'shadow'>): void {
+export function checkDatabases(config: Pick<Config, 'geoipDb' | 'anonymizer' | 'blockedRegions' | 'closeOnlyRegions' | 'shadow'> & { readonly geoipDbSecondary?: string | undefined }): void {
   const open = (setting: string, path: string, make: () => { close(): void }): void => {
     try {
       make().close();
@@ -21,6 +21,8 @@ export function checkDatabases(config: Pick<Config, 'geoipDb' | 'anonymizer' | '
     }
   };
   open('GEOIP_DB', config.geoipDb, () => new GeoDatabase(config.geoipDb, { regionRule: regionRuleOf(config) }));
+  const secondary = config.geoipDbSecondary;
+  if (secondary !== undefined) open('GEOIP_DB_SECONDARY', secondary, () => new GeoDatabase(secondary, { regionRule: regionRuleOf(config), setting: 'GEOIP_DB_SECONDARY' }));
   const anonymizer = config.anonymizer;
   if (anonymizer !== undefined) open('ANONYMIZER_DB', anonymizer.db, () => new AnonymizerDatabase(anonymizer.db));
 }
