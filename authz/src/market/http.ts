@@ -5,7 +5,7 @@
  * node:http (no framework: the handler is a switch over five paths); queries validated with
  * ajv from the schemas in ./schemas.ts. Every error is error JSON.
  */
-import { createHash, type KeyObject } from 'node:crypto';
+import type { KeyObject } from 'node:crypto';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import { Ajv } from 'ajv';
 import { Counter, Gauge, type Registry } from 'prom-client';
@@ -13,7 +13,7 @@ import { BAD_REQUEST_MESSAGE_BY_STATUS, ERROR_MESSAGE, errorJson, ERROR_STATUS, 
 import { verifyIngestBody } from '../common/feed/envelope.ts';
 import type { Logger } from '../common/log.ts';
 import { MARKETS_QUERY_SCHEMA, QUOTES_QUERY_SCHEMA, ROOT_BODY, type ListQuery } from './schemas.ts';
-import { STORE_OUTCOME_UNKNOWN_MESSAGE, StoreOutcomeUnknownError, type MarketStore, type Page } from './store.ts';
+import { encodeCursor, STORE_OUTCOME_UNKNOWN_MESSAGE, StoreOutcomeUnknownError, type MarketStore, type PageBody } from './store.ts';
 import { LIMIT, PATTERN, RE } from '../common/rules.ts';
 import { PATHS } from '../common/contract.ts';
 import { MARKET_INGEST_OUTCOMES, MARKET_REQUEST_STATUSES, zeroSeries } from '../common/metrics.ts';
@@ -139,10 +139,7 @@ export function idCountExceeds(list: string, max: number): boolean {
   return true;
 }
 
-/** Opaque cursor: base64url of the last conditionId of the page. */
-export function encodeCursor(id: string): string {
-  return Buffer.from(id, 'utf8').toString('base64url');
-}
+export { encodeCursor };
 
 export function decodeCursor(c: string): string | undefined {
   const id = Buffer.from(c, 'base64url').toString('utf8');
@@ -212,42 +209,16 @@ export function createMarketService(deps: MarketServiceDeps): MarketService {
     };
   }
 
-  /** A rendered answer: its body and weak validator. */
-  interface Rendered { readonly body: string; readonly etag: string }
-  /**
-   * Answers rendered once per Page object: a page-cache hit returns the same Page, so the
-   * body join and the ETag hash are not redone per request (at most one entry per kind).
-   */
-  const rendered = new WeakMap<Page, { m?: Rendered; q?: Rendered }>();
-
-  function render(kind: 'm' | 'q', page: Page): Rendered {
-    let slot = rendered.get(page);
-    if (slot === undefined) {
-      slot = {};
-      rendered.set(page, slot);
-    }
-    const hit = slot[kind];
-    if (hit !== undefined) return hit;
-    const next = JSON.stringify(page.next === undefined ? null : encodeCursor(page.next));
-    const body = kind === 'm'
-      ? `{"markets":[${page.markets.map((m) => m.item).join(',')}],"nextCursor":${next}}`
-      : `{"quotes":[${page.markets.map((m) => m.quotes).filter((x) => x !== '').join(',')}],"nextCursor":${next}}`;
-    // Weak validator: kind, cursor and the (id, seq) list identify the body, since seq grows on every write.
-    const h = createHash('sha1').update(kind).update(next);
-    for (const m of page.markets) h.update(m.conditionId).update('\u0000').update(m.item.length.toString()).update(m.item.slice(-64));
-    const r = { body, etag: `W/"${h.digest('base64url')}"` };
-    slot[kind] = r;
-    return r;
-  }
-
-  function sendPage(req: IncomingMessage, res: ServerResponse, body: string, etag: string): void {
-    const headers = { etag, 'cache-control': 'public, max-age=1' };
-    if (req.headers['if-none-match'] === etag) {
+  /** A page as rendered by the store (one Buffer, cached with its ETag), or 304 when the client has it. */
+  function sendPage(req: IncomingMessage, res: ServerResponse, page: PageBody): void {
+    const headers = { etag: page.etag, 'cache-control': 'public, max-age=1' };
+    if (req.headers['if-none-match'] === page.etag) {
       res.writeHead(304, headers);
       res.end();
       return;
     }
-    send(res, 200, body, headers);
+    res.writeHead(200, { 'content-type': JSON_TYPE, 'content-length': page.body.length, ...headers });
+    res.end(page.body);
   }
 
   async function handle(req: IncomingMessage, res: ServerResponse): Promise<string> {
@@ -275,14 +246,12 @@ export function createMarketService(deps: MarketServiceDeps): MarketService {
       }
       case PATHS.markets: {
         const q = parseQuery(url, validateMarkets);
-        const { body, etag } = render('m', await deps.store.page(q));
-        sendPage(req, res, body, etag);
+        sendPage(req, res, await deps.store.pageBody(q, 'markets'));
         return path;
       }
       case PATHS.quotes: {
         const q = parseQuery(url, validateQuotes);
-        const { body, etag } = render('q', await deps.store.page(q));
-        sendPage(req, res, body, etag);
+        sendPage(req, res, await deps.store.pageBody(q, 'quotes'));
         return path;
       }
       case PATHS.geoblock: {
