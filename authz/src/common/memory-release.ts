@@ -5,8 +5,10 @@
  * runs one memory-reducing full collection (V8's "last resort" flavour: compacts and unmaps
  * free pages), so RSS follows the live data again.
  *
- * The check is a timer (unref'd) every `intervalMs`: it acts only when the JS heap holds more
- * than `slackBytes` of committed but unused space AND the event loop was busy less than
+ * The check is a timer (unref'd) every `intervalMs`: it acts only when the JS heap has committed
+ * more than `slackBytes` beyond what it held after the last release (or at start: garbage counts
+ * as "used" until a collection runs, and a quiet process allocates too little to start one, so
+ * the used size cannot tell) AND the event loop was busy less than
  * `maxUtilization` of the last interval (no burst in progress: the pause, tens of ms on a
  * ~40 MB heap, then falls where no request waits), and at most once per `minGapMs`. Under
  * sustained load it never runs; the young generation and V8's own heuristics work as before.
@@ -24,7 +26,7 @@ export interface MemoryReleaseOptions {
 }
 
 export const MEMORY_RELEASE_DEFAULTS: MemoryReleaseOptions = {
-  intervalMs: 5_000, slackBytes: 24 * 1_048_576, maxUtilization: 0.2, minGapMs: 30_000,
+  intervalMs: 5_000, slackBytes: 16 * 1_048_576, maxUtilization: 0.2, minGapMs: 30_000,
 };
 
 type GcFn = (options: { type: 'major'; execution: 'sync'; flavor: 'last-resort' }) => void;
@@ -44,16 +46,18 @@ export function startMemoryRelease(opts: MemoryReleaseOptions = MEMORY_RELEASE_D
   const collect = gc();
   let last = performance.eventLoopUtilization();
   let lastRelease = -Infinity;
+  let baseline = getHeapStatistics().total_heap_size;
   const timer = setInterval(() => {
     const now = performance.eventLoopUtilization();
     const busy = performance.eventLoopUtilization(now, last).utilization;
     last = now;
     const h = getHeapStatistics();
     const t = performance.now();
-    if (busy > opts.maxUtilization || h.total_heap_size - h.used_heap_size < opts.slackBytes || t - lastRelease < opts.minGapMs) return;
+    if (busy > opts.maxUtilization || h.total_heap_size - baseline < opts.slackBytes || t - lastRelease < opts.minGapMs) return;
     collect({ type: 'major', execution: 'sync', flavor: 'last-resort' });
     lastRelease = performance.now();
     const a = getHeapStatistics();
+    baseline = a.total_heap_size;
     opts.onRelease?.({ heapTotal: h.total_heap_size, heapUsed: h.used_heap_size }, { heapTotal: a.total_heap_size, heapUsed: a.used_heap_size }, lastRelease - t);
     // The collection's own time is not load: measure the next interval from here.
     last = performance.eventLoopUtilization();
