@@ -100,7 +100,14 @@ export function pageBodyBytes(kind: PageKind, joined: Buffer | readonly Buffer[]
   else joined.forEach((b, i) => { if (i > 0) parts.push(COMMA); parts.push(b); });
   if (next === undefined) parts.push(NO_CURSOR_TAIL);
   else parts.push(CURSOR_HEAD, Buffer.from(`"${encodeCursor(next)}"}`));
-  return Buffer.concat(parts);
+  // Its own allocation, never a slice of Node's shared 8 KiB pool (Buffer.concat's choice below
+  // 4 KiB): a cached page would keep the whole pool chunk, and what else was cut from it, alive.
+  let size = 0;
+  for (const p of parts) size += p.length;
+  const body = Buffer.allocUnsafeSlow(size);
+  let at = 0;
+  for (const p of parts) at += p.copy(body, at);
+  return body;
 }
 
 /**
