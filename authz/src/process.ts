@@ -9,6 +9,7 @@ import { createAdminServer, type AdminSealResult } from './admin.ts';
 import { createApp, type App } from './app.ts';
 import type { Config } from './common/config.ts';
 import { listenAs } from './common/listen-error.ts';
+import { MEMORY_RELEASE_DEFAULTS, startMemoryRelease } from './common/memory-release.ts';
 import type { Logger } from './common/log.ts';
 import { writeSealFile } from './common/seal-file.ts';
 import { listenAtSocket, ownSocket, prepareSocket, removeOwnSocketsAtExit, socketSettings } from './common/unix-socket.ts';
@@ -98,9 +99,21 @@ async function startApp(config: Config, logger: Logger, withAdmin: boolean): Pro
   return app;
 }
 
+/** Gives the heap a burst left behind back once the process is quiet (common/memory-release.ts). */
+function releaseMemoryWhenQuiet(logger: Logger): void {
+  startMemoryRelease({
+    ...MEMORY_RELEASE_DEFAULTS,
+    onRelease: (before, after, pauseMs) => logger.info({
+      heapTotalMb: Math.round(before.heapTotal / 1_048_576), heapTotalAfterMb: Math.round(after.heapTotal / 1_048_576),
+      heapUsedMb: Math.round(before.heapUsed / 1_048_576), heapUsedAfterMb: Math.round(after.heapUsed / 1_048_576), pauseMs: Math.round(pauseMs),
+    }, 'quiet after a burst: heap compacted and unused pages released'),
+  });
+}
+
 /** One process serves everything (AUTHZ_WORKERS=1, the default). */
 export async function runSingle(config: Config, logger: Logger): Promise<void> {
   const app = await startApp(config, logger, true);
+  releaseMemoryWhenQuiet(logger);
   onSignals((reason) => app.seal(reason));
 }
 
@@ -112,6 +125,7 @@ export async function runWorker(config: Config, logger: Logger): Promise<void> {
   new AggregatorRegistry();
   const app = await startApp(config, logger.child({ worker: cluster.worker?.id }), false);
   AggregatorRegistry.setRegistries([app.metrics.registry]);
+  releaseMemoryWhenQuiet(logger);
   process.send?.('edge:ready');
   process.on('message', (msg: unknown) => {
     if (msg === 'edge:seal') app.seal('primary');

@@ -67,7 +67,8 @@ function httpCall(agent: Agent, port: number, method: string, path: string, head
 export async function measureMemory(opts: MemoryOptions): Promise<MemorySample[]> {
   // The default GeoIP database; no rate limit in the way of one load generator on loopback.
   const stack = await startStack({
-    env: { RPS_PER_IP: '1000000', RATE_BURST: '1000000', LOG_LEVEL: 'warn', ...opts.env },
+    // 48 ingests in flight from one address: more than INGEST_MAX_PENDING_PER_CLIENT's default (8) lets Envoy hold.
+    env: { RPS_PER_IP: '1000000', RATE_BURST: '1000000', INGEST_MAX_PENDING_PER_CLIENT: '64', LOG_LEVEL: 'warn', ...opts.env },
     ...(opts.serviceEntry === undefined ? {} : { serviceEntry: opts.serviceEntry }),
   });
   const samples: MemorySample[] = [];

@@ -164,7 +164,8 @@ export async function startStack(opts: StackOptions = {}): Promise<Stack> {
   const startAuthz = async (): Promise<void> => {
     authz = spawn(NODE, [opts.serviceEntry ?? join(ROOT, 'authz/src/main.ts')], { env: withServiceRuntime({ ...process.env, ...env, ...secrets }), stdio: ['ignore', 'pipe', 'pipe'] });
     pipe('authz', authz);
-    await waitFor(async () => (await fetch(`http://127.0.0.1:${marketPort}/`)).status === 200, opts.startTimeoutMs ?? 30_000, 'authz/market service');
+    // E2E_START_TIMEOUT_MS: a longer wait on a machine so loaded that loading the modules alone takes over 15 s.
+    await waitFor(async () => (await fetch(`http://127.0.0.1:${marketPort}/`)).status === 200, opts.startTimeoutMs ?? Number(process.env['E2E_START_TIMEOUT_MS'] ?? 30_000), 'authz/market service');
   };
   // A stack that fails to come up stops what it started (else its processes keep the test alive).
   const abandon = async (err: unknown): Promise<never> => {
@@ -193,10 +194,10 @@ export async function startStack(opts: StackOptions = {}): Promise<Stack> {
   const ingestUrl = config.ingestPort === undefined ? edgeUrl : `http://127.0.0.1:${config.ingestPort}`;
   if (config.edgeTls === undefined && config.proxyProtocol === 'off') {
     // Through Envoy and authz: 200, or 451 where the loopback peer is not in GEO_TRUSTED_CIDRS.
-    await waitFor(async () => [200, 451].includes((await fetch(`${edgeUrl}/healthz`)).status), 20_000, 'Envoy /healthz answered by authz').catch(abandon);
+    await waitFor(async () => [200, 451].includes((await fetch(`${edgeUrl}/healthz`)).status), Number(process.env['E2E_START_TIMEOUT_MS'] ?? 20_000), 'Envoy /healthz answered by authz').catch(abandon);
   } else {
     // TLS or PROXY protocol: a plain fetch cannot ask; Envoy is LIVE once its SDS secrets loaded (the service is up already).
-    await waitFor(async () => (await (await fetch(`http://127.0.0.1:${envoyAdminPort}/ready`)).text()).trim() === 'LIVE', 20_000, 'Envoy LIVE').catch(abandon);
+    await waitFor(async () => (await (await fetch(`http://127.0.0.1:${envoyAdminPort}/ready`)).text()).trim() === 'LIVE', Number(process.env['E2E_START_TIMEOUT_MS'] ?? 20_000), 'Envoy LIVE').catch(abandon);
   }
 
   const stack: Stack = {

@@ -5,7 +5,7 @@
  * node:http (no framework: the handler is a switch over five paths); queries validated with
  * ajv from the schemas in ./schemas.ts. Every error is error JSON.
  */
-import { createHash, type KeyObject } from 'node:crypto';
+import type { KeyObject } from 'node:crypto';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import { Ajv } from 'ajv';
 import { Counter, Gauge, type Registry } from 'prom-client';
@@ -13,7 +13,7 @@ import { BAD_REQUEST_MESSAGE_BY_STATUS, ERROR_MESSAGE, errorJson, ERROR_STATUS, 
 import { verifyIngestBody } from '../common/feed/envelope.ts';
 import type { Logger } from '../common/log.ts';
 import { MARKETS_QUERY_SCHEMA, QUOTES_QUERY_SCHEMA, ROOT_BODY, type ListQuery } from './schemas.ts';
-import { STORE_OUTCOME_UNKNOWN_MESSAGE, StoreOutcomeUnknownError, type MarketStore, type Page } from './store.ts';
+import { encodeCursor, STORE_OUTCOME_UNKNOWN_MESSAGE, StoreOutcomeUnknownError, type MarketStore, type PageBody } from './store.ts';
 import { LIMIT, PATTERN, RE } from '../common/rules.ts';
 import { PATHS } from '../common/contract.ts';
 import { MARKET_INGEST_OUTCOMES, MARKET_REQUEST_STATUSES, zeroSeries } from '../common/metrics.ts';
@@ -144,14 +144,48 @@ export function idCountExceeds(list: string, max: number): boolean {
   return true;
 }
 
-/** Opaque cursor: base64url of the last conditionId of the page. */
-export function encodeCursor(id: string): string {
-  return Buffer.from(id, 'utf8').toString('base64url');
-}
+export { encodeCursor };
 
 export function decodeCursor(c: string): string | undefined {
   const id = Buffer.from(c, 'base64url').toString('utf8');
   return RE.conditionId.test(id) && encodeCursor(id) === c ? id : undefined;
+}
+
+/** A request target as the service reads it: the path, and the query's (name, value) pairs. */
+export interface Target {
+  readonly path: string;
+  params(): Iterable<[string, string]>;
+}
+
+/** A path WHATWG URL parsing leaves as it is (no dot segments, escapes, backslashes or leading `//`). */
+const PLAIN_PATH = /^\/(?!\/)[A-Za-z0-9_/-]*$/;
+/** A query WHATWG URL parsing and URLSearchParams leave as they are (nothing to escape or decode). */
+const PLAIN_QUERY = /^[A-Za-z0-9_.:,=&-]*$/;
+
+/**
+ * The request target, read as `new URL(target, base)` and its `searchParams` read it. Targets of
+ * plain characters only (every valid market or quote query) are split directly: no URL object
+ * and no decoding pass over a query of up to 60 KiB; anything else goes through URL.
+ */
+export function parseTarget(raw: string): Target {
+  const q = raw.indexOf('?');
+  const path = q === -1 ? raw : raw.slice(0, q);
+  const query = q === -1 ? '' : raw.slice(q + 1);
+  if (PLAIN_PATH.test(path) && PLAIN_QUERY.test(query)) {
+    return {
+      path,
+      *params() {
+        // As URLSearchParams: '&'-separated, empty sequences skipped, the name up to the first '='.
+        for (const part of query.split('&')) {
+          if (part === '') continue;
+          const eq = part.indexOf('=');
+          yield eq === -1 ? [part, ''] : [part.slice(0, eq), part.slice(eq + 1)];
+        }
+      },
+    };
+  }
+  const url = new URL(raw, 'http://market.local');
+  return { path: url.pathname, params: () => url.searchParams };
 }
 
 export function createMarketService(deps: MarketServiceDeps): MarketService {
@@ -180,10 +214,10 @@ export function createMarketService(deps: MarketServiceDeps): MarketService {
   });
   zeroSeries(ingests, MARKET_INGEST_OUTCOMES.map((o) => [o]));
 
-  function parseQuery(url: URL, validate: typeof validateMarkets): { after?: string; limit: number; ids?: string[]; active?: boolean } {
+  function parseQuery(target: Target, validate: typeof validateMarkets): { after?: string; limit: number; ids?: string[]; active?: boolean } {
     // No prototype: `__proto__`, `constructor`, … are parameter names like any other (unknown ones).
     const raw = Object.create(null) as Record<string, string>;
-    for (const [k, v] of url.searchParams) {
+    for (const [k, v] of target.params()) {
       if (k in raw) throw new HttpError('invalid_query', `parameter ${shownName(k)} given twice`);
       raw[k] = v;
     }
@@ -217,47 +251,21 @@ export function createMarketService(deps: MarketServiceDeps): MarketService {
     };
   }
 
-  /** A rendered answer: its body and weak validator. */
-  interface Rendered { readonly body: string; readonly etag: string }
-  /**
-   * Answers rendered once per Page object: a page-cache hit returns the same Page, so the
-   * body join and the ETag hash are not redone per request (at most one entry per kind).
-   */
-  const rendered = new WeakMap<Page, { m?: Rendered; q?: Rendered }>();
-
-  function render(kind: 'm' | 'q', page: Page): Rendered {
-    let slot = rendered.get(page);
-    if (slot === undefined) {
-      slot = {};
-      rendered.set(page, slot);
-    }
-    const hit = slot[kind];
-    if (hit !== undefined) return hit;
-    const next = JSON.stringify(page.next === undefined ? null : encodeCursor(page.next));
-    const body = kind === 'm'
-      ? `{"markets":[${page.markets.map((m) => m.item).join(',')}],"nextCursor":${next}}`
-      : `{"quotes":[${page.markets.map((m) => m.quotes).filter((x) => x !== '').join(',')}],"nextCursor":${next}}`;
-    // Weak validator: kind, cursor and the (id, seq) list identify the body, since seq grows on every write.
-    const h = createHash('sha1').update(kind).update(next);
-    for (const m of page.markets) h.update(m.conditionId).update('\u0000').update(m.item.length.toString()).update(m.item.slice(-64));
-    const r = { body, etag: `W/"${h.digest('base64url')}"` };
-    slot[kind] = r;
-    return r;
-  }
-
-  function sendPage(req: IncomingMessage, res: ServerResponse, body: string, etag: string): void {
-    const headers = { etag, 'cache-control': 'public, max-age=1' };
-    if (req.headers['if-none-match'] === etag) {
+  /** A page as rendered by the store (one Buffer, cached with its ETag), or 304 when the client has it. */
+  function sendPage(req: IncomingMessage, res: ServerResponse, page: PageBody): void {
+    const headers = { etag: page.etag, 'cache-control': 'public, max-age=1' };
+    if (req.headers['if-none-match'] === page.etag) {
       res.writeHead(304, headers);
       res.end();
       return;
     }
-    send(res, 200, body, headers);
+    res.writeHead(200, { 'content-type': JSON_TYPE, 'content-length': page.body.length, ...headers });
+    res.end(page.body);
   }
 
   async function handle(req: IncomingMessage, res: ServerResponse): Promise<string> {
-    const url = new URL(req.url ?? '/', 'http://market.local');
-    const path = url.pathname;
+    const target = parseTarget(req.url ?? '/');
+    const path = target.path;
     const method = ROUTES[path];
     if (deps.isSealed()) {
       sendError(res, 'sealed');
@@ -279,20 +287,18 @@ export function createMarketService(deps: MarketServiceDeps): MarketService {
         return path;
       }
       case PATHS.markets: {
-        const q = parseQuery(url, validateMarkets);
-        const { body, etag } = render('m', await deps.store.page(q));
-        sendPage(req, res, body, etag);
+        const q = parseQuery(target, validateMarkets);
+        sendPage(req, res, await deps.store.pageBody(q, 'markets'));
         return path;
       }
       case PATHS.quotes: {
-        const q = parseQuery(url, validateQuotes);
-        const { body, etag } = render('q', await deps.store.page(q));
-        sendPage(req, res, body, etag);
+        const q = parseQuery(target, validateQuotes);
+        sendPage(req, res, await deps.store.pageBody(q, 'quotes'));
         return path;
       }
       case PATHS.geoblock: {
         // It takes no parameters; like the other reads, an unknown one is refused.
-        for (const k of url.searchParams.keys()) throw new HttpError('invalid_query', `unknown parameter ${shownName(k)}`);
+        for (const [k] of target.params()) throw new HttpError('invalid_query', `unknown parameter ${shownName(k)}`);
         const ip = clientAddress(req);
         send(res, 200, geoblockBody(deps.geoblock!(ip), ip), { 'cache-control': 'no-store' });
         return path;
@@ -339,7 +345,7 @@ export function createMarketService(deps: MarketServiceDeps): MarketService {
           deps.logger.error({ err: String(err), path: req.url?.split('?')[0] }, 'market request failed');
           if (!res.headersSent) sendError(res, 'service_unavailable', 'market store unavailable');
         }
-        requests.labels(routeLabel(new URL(req.url ?? '/', 'http://market.local').pathname), String(res.statusCode)).inc();
+        requests.labels(routeLabel(parseTarget(req.url ?? '/').path), String(res.statusCode)).inc();
       },
     );
   });

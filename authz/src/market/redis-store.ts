@@ -40,12 +40,14 @@ import type { Envelope } from '../common/feed/envelope.ts';
 import type { MarketDocument } from '../common/feed/schema.ts';
 import type { MarketMeta } from '../common/ports.ts';
 import {
-  encodeMarket, metaOfItem, pageOfIds, StoreOutcomeUnknownError, StoreUnavailableError,
-  type MarketStore, type Page, type PageItem, type PageQuery, type PutResult,
+  encodeMarket, metaOfItem, pageBodyBytes, pageEtag, pageOfIds, StoreOutcomeUnknownError, StoreUnavailableError,
+  type MarketStore, type Page, type PageBody, type PageItem, type PageKind, type PageQuery, type PutResult,
 } from './store.ts';
 import { TtlCache } from './ttl-cache.ts';
 
 export const MARKET_KEY_PREFIX = 'edge:market:';
+/** SHA-1 (hex) of '' : the versions of an empty page, as Redis's sha1hex gives it. */
+const EMPTY_VERSIONS = 'da39a3ee5e6b4b0d3255bfef95601890afd80709';
 export const INDEX_KEY = 'edge:markets';
 export const ACTIVE_INDEX = (active: boolean): string => `edge:markets:active:${active ? 1 : 0}`;
 export const INVALIDATION_CHANNEL = 'edge:market:inv';
@@ -109,6 +111,65 @@ end
 return out
 `;
 
+// The page as served (pageBody): one bulk string per record and the page's version digest,
+// returned as Buffers, so the service neither decodes a string per record nor parses one; it
+// joins the records into the body. (Joining them here, with table.concat, costs Redis twice
+// the CPU of the whole script: Lua 5.1 builds a long string by repeated copies.)
+// KEYS[1] = index set; ARGV[1] = exclusive start ('-' or '(' .. id); ARGV[2] = limit;
+// ARGV[3] = key prefix; ARGV[4] = 'item' (markets) or 'quotes'.
+// Reply: {versions, count, last id or false, more (0|1), record…} where versions is the SHA-1
+// (hex) of the page's '<id>:<seq>' joined by ',' (store.ts pageEtag). As the page script:
+// limit + 1 ids are read, ids whose hash is gone are skipped, and more = 1 when the
+// (limit + 1)th had a record. Quotes: a market without rows ('') adds no record.
+const PAGE_BODY_SCRIPT = `
+local limit = tonumber(ARGV[2])
+local quotes = ARGV[4] == 'quotes'
+local ids = redis.call('ZRANGE', KEYS[1], ARGV[1], '+', 'BYLEX', 'LIMIT', 0, limit + 1)
+local out, tags = {false, 0, false, 0}, {}
+local n = 0
+for i, id in ipairs(ids) do
+  local v
+  if quotes then v = redis.call('HMGET', ARGV[3] .. id, 'item', 'seq', 'quotes')
+  else v = redis.call('HMGET', ARGV[3] .. id, 'item', 'seq') end
+  if v[1] then
+    if n == limit then out[4] = 1 break end
+    n = n + 1
+    out[3] = id
+    tags[n] = id .. ':' .. (v[2] or '')
+    local r = v[1]
+    if quotes then r = v[3] or '' end
+    if r ~= '' then out[#out + 1] = r end
+  end
+end
+out[1] = redis.sha1hex(table.concat(tags, ','))
+out[2] = n
+return out
+`;
+
+// The same for listed ids (already sorted, deduplicated and cut to the page by the service).
+// ARGV = key prefix, 'item' | 'quotes', active index key or '' (no filter), ids…
+// Reply: {versions, count, record…}.
+const MGET_BODY_SCRIPT = `
+local quotes = ARGV[2] == 'quotes'
+local out, tags = {false, 0}, {}
+local n = 0
+for i = 4, #ARGV do
+  local v
+  if quotes then v = redis.call('HMGET', ARGV[1] .. ARGV[i], 'item', 'seq', 'quotes')
+  else v = redis.call('HMGET', ARGV[1] .. ARGV[i], 'item', 'seq') end
+  if v[1] and (ARGV[3] == '' or redis.call('ZSCORE', ARGV[3], ARGV[i])) then
+    n = n + 1
+    tags[n] = ARGV[i] .. ':' .. (v[2] or '')
+    local r = v[1]
+    if quotes then r = v[3] or '' end
+    if r ~= '' then out[#out + 1] = r end
+  end
+end
+out[1] = redis.sha1hex(table.concat(tags, ','))
+out[2] = n
+return out
+`;
+
 type Row = string | null;
 
 /**
@@ -136,6 +197,9 @@ interface Scripts {
   edgeMarketResolve(...a: string[]): Promise<number>;
   edgeMarketPage(...a: (string | number)[]): Promise<Row[]>;
   edgeMarketMget(...a: string[]): Promise<Row[]>;
+  // defineCommand's Buffer variants: bulk strings as Buffers, never decoded to strings.
+  edgeMarketPageBodyBuffer(...a: (string | number)[]): Promise<(Buffer | number | null)[]>;
+  edgeMarketMgetBodyBuffer(...a: string[]): Promise<(Buffer | number | null)[]>;
 }
 
 /**
@@ -158,6 +222,19 @@ export function pageCacheBytes(key: string, page: Page): number {
   for (const m of page.markets) chars += m.item.length + m.quotes.length;
   // ×2 for UTF-16, and the page's strings twice: as fetched and inside the rendered bodies.
   return PAGE_ENTRY_OVERHEAD_BYTES + 2 * key.length + 4 * chars + PAGE_MARKET_OVERHEAD_BYTES * page.markets.length;
+}
+
+/**
+ * The bytes a cached page body is charged: the key (Latin-1 here: ids, cursors and digits), the
+ * body Buffer (its own allocation, see pageBodyBytes) and the fixed overheads.
+ */
+export function pageBodyCacheBytes(key: string, page: PageBody): number {
+  return PAGE_ENTRY_OVERHEAD_BYTES + 2 * key.length + page.body.length + page.etag.length * 2;
+}
+
+/** The page-cache key of a rendered page (distinct from `page()`'s keys, which start with '['). */
+export function pageBodyKey(q: PageQuery, kind: PageKind): string {
+  return `${kind === 'markets' ? 'm' : 'q'}${q.active === undefined ? '' : q.active ? 't' : 'f'}|${q.limit}|${q.after ?? ''}|${q.ids === undefined ? '' : `=${q.ids.join(',')}`}`;
 }
 
 /**
@@ -192,12 +269,12 @@ export class RedisMarketStore implements MarketStore {
   readonly #cache = new TtlCache<MarketMeta>({ maxEntries: MARKET_CACHE_MAX_ENTRIES, maxBytes: MARKET_CACHE_MAX_BYTES });
   /** Lookups of markets that do not exist (client-chosen ids): a separate, smaller bound. */
   readonly #misses = new TtlCache<null>({ maxEntries: MARKET_MISS_CACHE_MAX_ENTRIES, maxBytes: MARKET_MISS_CACHE_MAX_BYTES });
-  readonly #pages = new TtlCache<Page>({ maxEntries: PAGE_CACHE_MAX_ENTRIES, maxBytes: PAGE_CACHE_MAX_BYTES });
+  readonly #pages = new TtlCache<Page | PageBody>({ maxEntries: PAGE_CACHE_MAX_ENTRIES, maxBytes: PAGE_CACHE_MAX_BYTES });
   /** Bumped by every invalidation; a read started before one is not cached after it. */
   #generation = 0;
   readonly #inflight = new Map<string, Promise<MarketMeta | undefined>>();
   /** Page reads in flight, by page-cache key: concurrent misses for one page share one round trip. */
-  readonly #pageInflight = new Map<string, Promise<Page>>();
+  readonly #pageInflight = new Map<string, Promise<Page | PageBody>>();
   readonly #opts: RedisStoreOptions;
   readonly #now: () => number;
   readonly #clock: RedisClock;
@@ -218,6 +295,8 @@ export class RedisMarketStore implements MarketStore {
     redis.defineCommand('edgeMarketResolve', { numberOfKeys: 1, lua: RESOLVE_SCRIPT });
     redis.defineCommand('edgeMarketPage', { numberOfKeys: 1, lua: PAGE_SCRIPT });
     redis.defineCommand('edgeMarketMget', { numberOfKeys: 0, lua: MGET_SCRIPT });
+    redis.defineCommand('edgeMarketPageBody', { numberOfKeys: 1, lua: PAGE_BODY_SCRIPT });
+    redis.defineCommand('edgeMarketMgetBody', { numberOfKeys: 0, lua: MGET_BODY_SCRIPT });
     this.#replicas = opts.replicas;
     this.#write = this.#cmd;
     if (opts.replicas !== undefined) {
@@ -409,32 +488,65 @@ export class RedisMarketStore implements MarketStore {
   page(q: PageQuery): Promise<Page> {
     if (this.#opts.cacheTtlMs === 0) return this.#pageFromRedis(q);
     const key = JSON.stringify([q.active, q.limit, q.after, q.ids]);
+    return this.#cachedRead(key, () => this.#pageFromRedis(q), pageCacheBytes);
+  }
+
+  /**
+   * The page rendered as `kind`'s answer, cached (and shared in flight, refreshed ahead) like
+   * `page()`: a hit returns the same PageBody, so nothing is rendered or hashed per request.
+   */
+  pageBody(q: PageQuery, kind: PageKind): Promise<PageBody> {
+    if (this.#opts.cacheTtlMs === 0) return this.#bodyFromRedis(q, kind);
+    return this.#cachedRead(pageBodyKey(q, kind), () => this.#bodyFromRedis(q, kind), pageBodyCacheBytes);
+  }
+
+  #cachedRead<T extends Page | PageBody>(key: string, read: () => Promise<T>, bytes: (key: string, v: T) => number): Promise<T> {
     if (this.#subscribed) {
       const now = this.#now();
-      const hit = this.#pages.get(key, now);
+      const hit = this.#pages.get(key, now) as T | undefined;
       if (hit !== undefined) {
         if (this.#dueForRefresh(this.#pages, this.#pageInflight, key, now)) {
-          this.#loadPage(key, q).catch((err: unknown) => this.#opts.onError?.('page refresh', err));
+          this.#loadPage(key, read, bytes).catch((err: unknown) => this.#opts.onError?.('page refresh', err));
         }
         return Promise.resolve(hit);
       }
     }
-    return this.#loadPage(key, q);
+    return this.#loadPage(key, read, bytes);
   }
 
   /** One Redis round trip for the page `key`, shared by concurrent callers; cached unless an invalidation came first. */
-  #loadPage(key: string, q: PageQuery): Promise<Page> {
+  #loadPage<T extends Page | PageBody>(key: string, read: () => Promise<T>, bytes: (key: string, v: T) => number): Promise<T> {
     const now = this.#now();
     const generation = this.#generation;
-    return shareInFlight(this.#pageInflight, key, () => this.#pageFromRedis(q).then((page) => {
-      if (this.#subscribed && generation === this.#generation) this.#cachePage(key, page, now);
+    return shareInFlight(this.#pageInflight, key, () => read().then((page) => {
+      // Kept until `now` + TTL (aged from before the fetch: never longer than the TTL).
+      if (this.#subscribed && generation === this.#generation) this.#pages.set(key, page, now + this.#opts.cacheTtlMs, bytes(key, page), this.#now());
       return page;
-    }));
+    })) as Promise<T>;
   }
 
-  /** Keeps `page` until `fetchedAt` + TTL (aged from before the fetch: never longer than the TTL). */
-  #cachePage(key: string, page: Page, fetchedAt: number): void {
-    this.#pages.set(key, page, fetchedAt + this.#opts.cacheTtlMs, pageCacheBytes(key, page), this.#now());
+  /** One page script: the records as Buffers and the page's version digest; the body is one Buffer.concat. */
+  async #bodyFromRedis(q: PageQuery, kind: PageKind): Promise<PageBody> {
+    let reply: (Buffer | number | null)[];
+    let next: string | undefined;
+    let first: number;
+    if (q.ids !== undefined) {
+      const { want, more } = pageOfIds(q.ids, q);
+      next = more ? want.at(-1) : undefined;
+      if (want.length === 0) return { body: pageBodyBytes(kind, [], next), etag: pageEtag(kind, next, EMPTY_VERSIONS) };
+      const active = q.active === undefined ? '' : ACTIVE_INDEX(q.active);
+      reply = await this.#cmd.edgeMarketMgetBodyBuffer(MARKET_KEY_PREFIX, kind === 'markets' ? 'item' : 'quotes', active, ...want);
+      first = 2;
+    } else {
+      const index = q.active === undefined ? INDEX_KEY : ACTIVE_INDEX(q.active);
+      const start = q.after === undefined ? '-' : `(${q.after}`;
+      reply = await this.#cmd.edgeMarketPageBodyBuffer(index, start, q.limit, MARKET_KEY_PREFIX, kind === 'markets' ? 'item' : 'quotes');
+      const last = reply[2];
+      next = reply[3] === 1 && Buffer.isBuffer(last) ? last.toString('latin1') : undefined;
+      first = 4;
+    }
+    const records = reply.slice(first) as Buffer[];
+    return { body: pageBodyBytes(kind, records, next), etag: pageEtag(kind, next, (reply[0] as Buffer).toString('latin1')) };
   }
 
   async #pageFromRedis(q: PageQuery): Promise<Page> {

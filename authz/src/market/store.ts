@@ -6,6 +6,7 @@
  * signed envelope as a JSON object text, `quotes` the JSON texts of its quote rows. A page is
  * then string concatenation, O(limit).
  */
+import { createHash } from 'node:crypto';
 import type { Envelope } from '../common/feed/envelope.ts';
 import type { MarketDocument } from '../common/feed/schema.ts';
 import type { MarketLookup, MarketMeta } from '../common/ports.ts';
@@ -68,6 +69,62 @@ export interface Page {
   readonly next: string | undefined;
 }
 
+/** Which answer a page is rendered as: `GET /v1/markets` or `GET /v1/quotes`. */
+export type PageKind = 'markets' | 'quotes';
+
+/** A page as served: the whole JSON body as one Buffer (UTF-8) and its weak validator. */
+export interface PageBody {
+  readonly body: Buffer;
+  readonly etag: string;
+}
+
+const BODY_HEAD: Record<PageKind, Buffer> = { markets: Buffer.from('{"markets":['), quotes: Buffer.from('{"quotes":[') };
+const CURSOR_HEAD = Buffer.from('],"nextCursor":');
+const NO_CURSOR_TAIL = Buffer.from('],"nextCursor":null}');
+const COMMA = Buffer.from(',');
+
+/** Opaque cursor: base64url of the last conditionId of the page. */
+export function encodeCursor(id: string): string {
+  return Buffer.from(id, 'utf8').toString('base64url');
+}
+
+/**
+ * The body of a page from its records already joined by ',' (`joined`: the `item` texts for
+ * markets, the non-empty `quotes` texts for quotes), as UTF-8 bytes: the same bytes as
+ * `{"markets":[item,…],"nextCursor":<cursor JSON or null>}` (resp. `{"quotes":[…],…}`).
+ * One allocation of the exact size; the result shares no memory with `joined`.
+ */
+export function pageBodyBytes(kind: PageKind, joined: Buffer | readonly Buffer[], next: string | undefined): Buffer {
+  const parts = [BODY_HEAD[kind]];
+  if (Buffer.isBuffer(joined)) parts.push(joined);
+  else joined.forEach((b, i) => { if (i > 0) parts.push(COMMA); parts.push(b); });
+  if (next === undefined) parts.push(NO_CURSOR_TAIL);
+  else parts.push(CURSOR_HEAD, Buffer.from(`"${encodeCursor(next)}"}`));
+  // Its own allocation, never a slice of Node's shared 8 KiB pool (Buffer.concat's choice below
+  // 4 KiB): a cached page would keep the whole pool chunk, and what else was cut from it, alive.
+  let size = 0;
+  for (const p of parts) size += p.length;
+  const body = Buffer.allocUnsafeSlow(size);
+  let at = 0;
+  for (const p of parts) at += p.copy(body, at);
+  return body;
+}
+
+/**
+ * The weak ETag of a page: kind, next cursor and `versions`, the SHA-1 (hex) of the page's
+ * `<conditionId>:<seq>` pairs joined by ',' (computed where the page is read: in Redis's page
+ * script, or by `versionsDigest`). `seq` grows on every write, so the same ETag means the same body.
+ */
+export function pageEtag(kind: PageKind, next: string | undefined, versions: string): string {
+  const h = createHash('sha1').update(kind).update('\u0000').update(next ?? '').update('\u0000').update(versions);
+  return `W/"${h.digest('base64url')}"`;
+}
+
+/** `versions` of `pageEtag` for records held in memory. */
+export function versionsDigest(markets: readonly { readonly conditionId: string; readonly seq: number | string }[]): string {
+  return createHash('sha1').update(markets.map((m) => `${m.conditionId}:${m.seq}`).join(',')).digest('hex');
+}
+
 export interface MarketStore extends MarketLookup {
   /**
    * Compare-and-set on seq: stores only when seq > the stored seq. Rejects with
@@ -76,6 +133,11 @@ export interface MarketStore extends MarketLookup {
   put(doc: MarketDocument, envelope: Envelope): Promise<PutResult>;
   /** Markets ordered by conditionId. Rejects when the store is down. */
   page(q: PageQuery): Promise<Page>;
+  /**
+   * The same page rendered as `kind`'s answer (what the market service sends): byte for byte the
+   * body `page(q)`'s records make, without a string per record. Rejects when the store is down.
+   */
+  pageBody(q: PageQuery, kind: PageKind): Promise<PageBody>;
   ready(): boolean;
   close(): Promise<void>;
   /** What an in-process page cache holds (entries and their byte estimate), if the store has one. */
@@ -165,6 +227,15 @@ export class MemoryMarketStore implements MarketStore {
       }
     }
     return Promise.resolve({ markets: out, next: more ? out.at(-1)?.conditionId : undefined });
+  }
+
+  async pageBody(q: PageQuery, kind: PageKind): Promise<PageBody> {
+    const { markets, next } = await this.page(q);
+    const joined = kind === 'markets'
+      ? markets.map((m) => m.item).join(',')
+      : markets.map((m) => m.quotes).filter((x) => x !== '').join(',');
+    const seqs = markets.map((m) => ({ conditionId: m.conditionId, seq: this.#byId.get(m.conditionId)?.seq ?? '' }));
+    return { body: pageBodyBytes(kind, Buffer.from(joined), next), etag: pageEtag(kind, next, versionsDigest(seqs)) };
   }
 
   ready(): boolean {
