@@ -919,7 +919,7 @@ if (!stopping && sealed()) {
   Ctrl-C stops everything.`);
 } else if (!stopping) {
   supervising = true;
-  say(`READY  the TS service GET ${marketVia === undefined ? `127.0.0.1:${config.marketPort}` : marketVia} /healthz → 200, Envoy admin GET /ready → 200
+  say(`READY  the TS service GET ${marketVia === undefined ? `127.0.0.1:${config.marketPort}/healthz` : `/healthz over ${marketVia}`} → 200, Envoy admin GET /ready → 200
   this machine  GET ${edge}/healthz → ${await throughTheEdge()}
   clients       ${edge}   ${config.edgeTls === undefined ? '' : `(TLS: curl ${cacert}${edge}/healthz) `}(Envoy; per-IP rate limit ${config.rpsPerIp}/s burst ${config.rateBurst}, ${config.rateLimitScope === 'global' ? 'global: across replicas, in Redis' : 'local: per Envoy'})
   ingest        ${config.ingestPort === undefined ? `${edge}/internal/ingest/market   (the client port: INGEST_PORT unset)` : `${ingestUrl}/internal/ingest/market   (its own listener, INGEST_PORT on ${config.ingestBindAddress}; the client port answers that path 404)`}
