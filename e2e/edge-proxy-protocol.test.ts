@@ -27,7 +27,7 @@ const containers = process.env['E2E_DRIVER'] === 'containers';
 const CH_A = '192.0.2.71';
 const CH_B = '192.0.2.72';
 
-describe('PROXY protocol from HAProxy (send-proxy-v2) in front of the TLS edge', { skip: containers ? 'local processes only' : false }, () => {
+describe('PROXY protocol from HAProxy (send-proxy-v2) in front of the TLS edge', { skip: containers ? 'HAProxy runs on the host and sends PROXY v2 to Envoy\'s own port; the containers driver puts Docker\'s port proxy in between (the local-process pass runs it on real Envoy)' : false }, () => {
   let pki: EdgeTlsPki;
   let stack: Stack;
   let haproxy: ChildProcess;
