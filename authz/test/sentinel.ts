@@ -271,6 +271,20 @@ export class SentinelDeployment {
     });
   }
 
+  /**
+   * Waits until a quorum of Sentinels names one master and that node says it is one; returns its
+   * port. After a failover this may be another node than promotion() returned: on a busy host the
+   * promoted master can miss Sentinel's PINGs for down-after-milliseconds (an fsync with
+   * appendfsync always blocks its main thread) and be failed over in turn.
+   */
+  async settledMaster(timeoutMs = 20_000): Promise<number> {
+    return waitUntil('the Sentinels to agree on a master that says it is one', timeoutMs, async () => {
+      const port = await this.master();
+      if (port === undefined) return undefined;
+      return (await replicationInfo(port))?.get('role') === 'master' ? port : undefined;
+    });
+  }
+
   /** Restarts a killed node with its first args and its data dir (a supervisor bringing it back). */
   async restart(port: number): Promise<void> {
     const node = this.nodes.find((n) => n.known === port);
