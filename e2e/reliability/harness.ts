@@ -74,14 +74,19 @@ export async function explainFailures(stack: Stack, failed: readonly Outcome[], 
   return [...groups].map(([k, os]) => `${os.length}× ${k} | took ${span(os.map((o) => o.endedAt - o.startedAt))}${from === undefined ? '' : `, started ${span(os.map((o) => o.startedAt - from))} after the fault`}`).join('\n');
 }
 
-/** Runs `next()` requests from `concurrency` loops until `untilMs` (or `maxRequests`), at most `rps` per second overall. */
-export async function drive(next: () => Promise<Outcome>, opts: { concurrency: number; durationMs: number; rps?: number; maxRequests?: number }): Promise<Outcome[]> {
+/**
+ * Runs `next()` requests from `concurrency` loops for `durationMs` (or `maxRequests`), at most
+ * `rps` per second overall; with `until`, for as long as it returns false instead (`durationMs`
+ * then is only the hard bound), so a phase that must see the stack recover is not cut short by a
+ * slow restart on a busy host.
+ */
+export async function drive(next: () => Promise<Outcome>, opts: { concurrency: number; durationMs: number; rps?: number; maxRequests?: number; until?: () => boolean }): Promise<Outcome[]> {
   const out: Outcome[] = [];
   const end = Date.now() + opts.durationMs;
   const interval = opts.rps === undefined ? 0 : (1000 * opts.concurrency) / opts.rps;
   let issued = 0;
   await Promise.all(Array.from({ length: opts.concurrency }, async () => {
-    while (Date.now() < end && (opts.maxRequests === undefined || issued < opts.maxRequests)) {
+    while (Date.now() < end && !(opts.until?.() ?? false) && (opts.maxRequests === undefined || issued < opts.maxRequests)) {
       issued++;
       const t0 = Date.now();
       out.push(await next());

@@ -71,8 +71,14 @@ export async function replays(env: Env, scale: Scale): Promise<Row> {
   const other = out.filter((o) => o.status !== 200 && o.status !== 401);
   const why = other.length === 0 ? '' : `\n${await explainFailures(env.stack, other)}`;
   assert.equal(c['replay:200'], 1, JSON.stringify(c) + why);
-  assert.equal(c['replay:401'], scale.replays - 1, JSON.stringify(c) + why);
-  return { scenario: '1. replays of one signed ingest', load: `${scale.replays} requests, 200 at a time`, fault: 'the same nonce every time', outcome: `200: ${c['replay:200']}, 401 ingest_replay: ${c['replay:401']}`, recovery: '–' };
+  // Every other answer refuses: 401 ingest_replay, or 503 when the nonce store did not answer
+  // within its 250-ms deadline (fail closed: seen on a 2-core host at load ~12, 214 of 10,000,
+  // Redis itself starved of CPU). More than 5 % of those would be a regression, not the host.
+  const refusedReplay = out.filter((o) => o.status === 401 && o.json && o.body.includes('"error":"ingest_replay"')).length;
+  const failedClosed = out.filter((o) => o.status === 503 && o.json && o.body.includes('"error":"service_unavailable"')).length;
+  assert.equal(refusedReplay + failedClosed, scale.replays - 1, JSON.stringify(c) + why);
+  assert.ok(failedClosed <= scale.replays * 0.05, `${failedClosed} answered 503 (nonce store deadline)${why}`);
+  return { scenario: '1. replays of one signed ingest', load: `${scale.replays} requests, 200 at a time`, fault: 'the same nonce every time', outcome: `200: ${c['replay:200']}, 401 ingest_replay: ${refusedReplay}${failedClosed === 0 ? '' : `, 503 service_unavailable (the nonce store's deadline, failed closed): ${failedClosed}`}`, recovery: '–' };
 }
 
 export async function redisDown(env: Env, scale: Scale): Promise<Row> {
@@ -135,7 +141,7 @@ export async function authzKilled(env: Env): Promise<Row> {
   let startAt = 0;
   const load = drive(async () => (Math.random() < 0.5
     ? hit(env.stack, 'order', 'POST', '/v1/orders', orderFor(env.market), JSONH)
-    : hit(env.stack, 'read', 'GET', '/v1/quotes', undefined, CLIENT)), { concurrency: 8, durationMs: 9000, rps: 300 });
+    : hit(env.stack, 'read', 'GET', '/v1/quotes', undefined, CLIENT)), { concurrency: 8, durationMs: 60_000, rps: 300, until: () => startAt > 0 && Date.now() > startAt + 4000 });
   await sleep(2000);
   killAt = Date.now();
   await env.stack.killAuthz();
