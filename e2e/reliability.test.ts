@@ -25,5 +25,5 @@ test('reliability 6 – GeoIP replaced under load (valid, then corrupt) → 0 fa
 // the same Node in a container as on the host, so the containers pass (npm run test:e2e:containers)
 // leaves it to the local-process pass and spends its minute elsewhere.
 const soakSkip = process.env['E2E_DRIVER'] === 'containers' ? 'the soak measures the TS process itself, which the local-process pass runs the same; 90 s of the containers pass saved' : false;
-test('reliability 7 – 60 s soak → RSS drift < 10 %, 0 errors beyond the rate limit, no leaked sockets', { skip: soakSkip }, async () => { rows.push(await soak(env, SHORT)); });
+test('reliability 7 – 60 s soak → RSS drift < 10 %, 0 errors beyond the rate limit (and ≤ 0.5 % fail-closed Redis deadlines on a starved host), no leaked sockets', { skip: soakSkip }, async () => { rows.push(await soak(env, SHORT)); });
 test('reliability 8 – after the whole run: no secret, signature, nonce or payload in any log', () => { rows.push(logsClean(env)); });
