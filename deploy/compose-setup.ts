@@ -12,6 +12,9 @@
  *   .secrets/pki/  dev PKI: backend CA + server certificate for the service name `backend`,
  *                  client CA, and the edge's client certificate in the Kubernetes ..data layout
  *                  (client/tls.crt → ..data/tls.crt) so rotation is an atomic symlink swap
+ *                  .secrets/pki/edge-ca.crt + edge-server/: the client listener's CA (what `curl --cacert`
+ *                  is given) and its server certificate for localhost and 127.0.0.1, in the same ..data
+ *                  layout (EDGE_TLS_CERT_FILE/EDGE_TLS_KEY_FILE; added to an existing .secrets too)
  *   .secrets/admin_token  the admin token (POST /admin/seal); added to an existing .secrets too
  *   .state/        the TS service's writable directory (0700): the seal marker AUTHZ_SEAL_FILE, kept
  *                  across container restarts (docs/operations.md "Seal and unseal")
@@ -37,6 +40,7 @@ import { parseArgs } from 'node:util';
 import { fileURLToPath } from 'node:url';
 import { DEFAULT_GEOIP_DB } from '../authz/src/common/config.ts';
 import { generateDevPki, issue, publishClientCert } from '../scripts/dev/certs.ts';
+import { ensureEdgeServerCert } from '../scripts/dev/edge-server-cert.ts';
 
 /** The uid/gid the service image runs as (deploy/Dockerfile `USER 1000:1000`). */
 export const IMAGE_UID = 1000;
@@ -53,6 +57,10 @@ export const COMPOSE_FILES = {
   backendKey: '.secrets/pki/backend.key',
   clientCa: '.secrets/pki/client-ca.crt',
   clientCertDir: '.secrets/pki/client',
+  /** The client listener's server certificate directory (..data layout; mounted whole, like clientCertDir). */
+  edgeServerDir: '.secrets/pki/edge-server',
+  /** The CA of that certificate: what a client trusts (`curl --cacert`); mounted nowhere. */
+  edgeCa: '.secrets/pki/edge-ca.crt',
   adminToken: '.secrets/admin_token',
   state: '.state',
   geoipDir: '.geoip',
@@ -104,18 +112,21 @@ export const MOUNTED = [
   COMPOSE_FILES.backendCa, COMPOSE_FILES.backendCert, COMPOSE_FILES.backendKey, COMPOSE_FILES.clientCa,
 ] as const;
 
+/** The directories docker-compose.yml mounts whole (..data layout, so a rotation on the host reaches Envoy). */
+export const MOUNTED_DIRS = [COMPOSE_FILES.clientCertDir, COMPOSE_FILES.edgeServerDir] as const;
+
 /**
  * Owner and mode of everything under .secrets: as a user 0400 files, 0700 directories (the
- * user's own); as root the MOUNTED files and the client certificate directory (mounted whole)
- * 0440/0750 root:gid, everything else 0400/0700 root. CA serial files (openssl rewrites them)
- * 0600.
+ * user's own); as root the MOUNTED files and the MOUNTED_DIRS (the client and the server
+ * certificate directories) 0440/0750 root:gid, everything else 0400/0700 root. CA serial files
+ * (openssl rewrites them) 0600.
  */
 function restrict(out: string, o: Ownership): void {
   const secrets = join(out, '.secrets');
-  const clientDir = join(out, COMPOSE_FILES.clientCertDir);
+  const sharedDirs = MOUNTED_DIRS.map((d) => join(out, d));
   const mounted = new Set(MOUNTED.map((f) => join(out, f)));
   const walk = (dir: string): void => {
-    const shared = o.group && (dir === clientDir || dir.startsWith(`${clientDir}/`));
+    const shared = o.group && sharedDirs.some((d) => dir === d || dir.startsWith(`${d}/`));
     set(dir, shared ? 0o750 : 0o700, shared);
     for (const f of readdirSync(dir)) {
       const p = join(dir, f);
@@ -176,8 +187,14 @@ export function setup(out: string, gid?: number): string {
   const invoker = { uid: process.getuid?.() ?? IMAGE_UID, gid: process.getgid?.() ?? IMAGE_UID };
   const secrets = join(out, '.secrets');
   if (existsSync(join(out, COMPOSE_FILES.ingestHmac))) {
-    ensureAdminFiles(out, writtenOwnership(out) ?? ownership(invoker.uid, invoker.gid, () => gid ?? dedicatedGid()));
-    return `${secrets} already exists (admin token and ${join(out, COMPOSE_FILES.state)} ensured); delete it to regenerate`;
+    const o = writtenOwnership(out) ?? ownership(invoker.uid, invoker.gid, () => gid ?? dedicatedGid());
+    ensureAdminFiles(out, o);
+    // A .secrets from before TLS on the client port: its server certificate added.
+    if (!existsSync(join(out, COMPOSE_FILES.edgeServerDir, 'tls.crt'))) {
+      ensureEdgeServerCert(join(out, COMPOSE_FILES.pki));
+      restrict(out, o);
+    }
+    return `${secrets} already exists (admin token, server certificate and ${join(out, COMPOSE_FILES.state)} ensured); delete it to regenerate`;
   }
   if (gid !== undefined && invoker.uid !== 0) throw new SetupError('--gid is for a run as root: as a user, the containers run as that user');
   const o = ownership(invoker.uid, invoker.gid, () => gid ?? dedicatedGid());
@@ -193,6 +210,8 @@ export function setup(out: string, gid?: number): string {
   writeFileSync(join(out, COMPOSE_FILES.feedPublicKeys), `${hex(publicKey.export({ format: 'jwk' }).x)}\n`, { mode: 0o400 });
   writeFileSync(join(out, COMPOSE_FILES.feedPrivateKey), `${hex(privateKey.export({ format: 'jwk' }).d)}\n`, { mode: 0o400 });
   generateDevPki(join(out, COMPOSE_FILES.pki), 'backend');
+  // TLS on the client port: edge-ca.crt and edge-server/tls.{crt,key} for localhost and 127.0.0.1.
+  ensureEdgeServerCert(join(out, COMPOSE_FILES.pki));
   restrict(out, o);
   writeFileSync(join(out, COMPOSE_FILES.geoipDb), readFileSync(DEFAULT_GEOIP_DB));
   chmodSync(join(out, COMPOSE_FILES.geoipDir), 0o755);

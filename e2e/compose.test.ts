@@ -2,7 +2,9 @@
  * The shipped deploy/docker-compose.yml, unmodified, run by the real docker-compose (Debian 1.29)
  * on a Docker engine, driven only through the port Envoy publishes (e2e/lib/compose.ts says how
  * the file is run as it is: own project name, free port and subnet, secrets/PKI/GeoIP generated
- * by deploy/compose-setup.ts into a temp project directory, the image built by compose).
+ * by deploy/compose-setup.ts into a temp project directory, the image built by compose). The
+ * client port speaks TLS with the server certificate compose-setup.ts issued: this process trusts
+ * its CA (pki/edge-ca.crt), as `curl --cacert` is told to.
  *
  * The GeoIP database is the test fixture (authz/test/fixtures/make-mmdb.py, documentation ranges
  * only): 198.51.100.0/25 is KP, 192.0.2.0/25 and 2001:db8:3::/48 are CH; its "monthly update"
@@ -24,7 +26,8 @@ import { geoFixtures } from '../authz/test/geo-fixtures.ts';
 import { COMPOSE_FILES } from '../deploy/compose-setup.ts';
 import { composeConfig, type ComposeFile } from '../deploy/test/tools.ts';
 import { signedIngest } from '../scripts/edge-client.ts';
-import { errorCode, ingest, KP_IP, orderBody, request, uniqueId, type Reply } from './lib/client.ts';
+import { errorCode, ingest, KP_IP, orderBody, request, trustCa, uniqueId, type Reply } from './lib/client.ts';
+import { curl } from './lib/edge-tls.ts';
 import { composeProject, composeSkipReason, jsonLogLines, ok, until, type ComposeProject } from './lib/compose.ts';
 import { containerSuite } from './lib/images.ts';
 import type { Stack } from './lib/stack.ts';
@@ -108,6 +111,8 @@ containerSuite('compose', SKIP, () => {
       const t0 = Date.now();
       p = await composeProject({ vars: VARS });
       ok(await p.setup());
+      // The client port speaks TLS with the certificate compose-setup.ts issued: trust its CA.
+      trustCa(p.edgeCaFile);
       // The fixture database (known KP and CH ranges) in place of the default one, before `up`.
       p.replaceGeoip(readFileSync(geoFixtures().geoip2));
       config = composeConfig({ projectDir: p.dir, envFile: join(p.dir, COMPOSE_FILES.env), env: { ...p.vars } }).file;
@@ -167,12 +172,24 @@ containerSuite('compose', SKIP, () => {
     assert.deepEqual(r.json(), { status: 'ok' });
     // The port is the one compose published for Envoy, nothing else.
     const port = ok(await p.compose(['port', 'envoy', '8080'])).stdout.trim();
-    assert.equal(`http://${port}`, p.edgeUrl);
+    assert.equal(`https://${port}`, p.edgeUrl);
     for (const service of LONG_RUNNING) {
       assert.equal((await p.container(service)).health, 'healthy', `${service} is healthy`);
     }
     const render = await p.container('render');
     assert.deepEqual([render.status, render.exitCode], ['exited', 0], 'the render one-shot completed');
+  });
+
+  step('the client port speaks TLS with the certificate compose-setup.ts issued: curl --cacert gets 200 over TLS 1.3 with h2 and over TLS 1.2 with HTTP/1.1; plaintext HTTP gets no answer', 60_000, async () => {
+    const h2 = await curl(['--cacert', p.edgeCaFile, '--tlsv1.3', '--http2', '-H', `x-forwarded-for: ${chIp(3)}`, `${p.edgeUrl}/healthz`]);
+    assert.deepEqual([h2.code, h2.out], [0, '200 2'], h2.err);
+    const h1 = await curl(['--cacert', p.edgeCaFile, '--tlsv1.2', '--tls-max', '1.2', '--http1.1', '-H', `x-forwarded-for: ${chIp(3)}`, `${p.edgeUrl}/healthz`]);
+    assert.deepEqual([h1.code, h1.out], [0, '200 1.1'], h1.err);
+    // Without the CA the certificate is not trusted (curl's 60): it is the generated one, not a public one.
+    assert.equal((await curl([`${p.edgeUrl}/healthz`])).code, 60);
+    const plain = await curl([`${p.edgeUrl.replace('https:', 'http:')}/healthz`]);
+    assert.notEqual(plain.code, 0, `plaintext HTTP on the TLS port: ${plain.out}`);
+    assert.doesNotMatch(plain.out, /^[1-5]\d\d /, 'no HTTP answer');
   });
 
   step('a signed ingest is stored (200) and read back from /v1/markets and /v1/quotes; a wrong HMAC key is refused 401', 60_000, async () => {
