@@ -680,9 +680,18 @@ containerSuite('pod', SKIP, () => {
     ok(await podman(['exec', ctr('authz'), 'node', '-e', 'require("fs").rmSync(process.argv[1])', sealFile]));
     const grace = String(deployment.spec.template.spec.terminationGracePeriodSeconds ?? 30);
     ok(await podman(['stop', '-t', grace, ctr('authz')], 90_000));
+    const startedAt = Date.now();
     ok(await podman(['start', ctr('authz')], 60_000));
     await until('gRPC health SERVING again', 60_000, async () => ((await grpcHealth()) === 'SERVING' ? true : undefined), 250);
     await until('GET /healthz 200 again', 60_000, async () => ((await request(stack, 'GET', '/healthz')).status === 200 ? true : undefined), 250);
+    // One ready worker answers health; the next step's SIGTERM must find every worker up (on a busy
+    // machine the second one was seen still starting when the pod was stopped).
+    const workers = Number(settings.data['AUTHZ_WORKERS'] ?? 1);
+    await until(`every worker (AUTHZ_WORKERS ${workers}) ready again`, 60_000, async () => {
+      const ready = new Set((await containerLogs(podman, ctr('authz'))).split('\n').filter((l) => l.startsWith('{')).map((l) => JSON.parse(l) as Record<string, unknown>)
+        .filter((l) => l['msg'] === 'edge authz ready' && Date.parse(String(l['time'])) >= startedAt - 1000).map((l) => String(l['worker'])));
+      return ready.size >= workers ? true : undefined;
+    }, 250);
   });
 
   step('podman pod stop with the manifest\'s grace period seals the TS service, which exits 0 in time; no secret is in any container\'s log', 120_000, async (t) => {
