@@ -3,6 +3,7 @@
  *
  *   scripts/node deploy/compose-setup.ts                       # once, before `docker-compose up`
  *   scripts/node deploy/compose-setup.ts --rotate-client-cert  # issue + publish a new client certificate
+ *   scripts/node deploy/compose-setup.ts --rotate-server-cert  # the same for the client port's server certificate
  *   options: --out <dir> (default: deploy/); --gid <n> (as root: the containers' group, default the
  *            first gid from 10001 no host group or user has)
  *
@@ -221,38 +222,51 @@ export function setup(out: string, gid?: number): string {
 }
 
 /**
- * Issues a new client certificate from the dev client CA and publishes it the way a Kubernetes
- * secret volume does (new ..<stamp> directory, atomic rename of ..data): the running Envoy picks
- * it up through its SDS watched_directory, without a restart. The new directory has its final
- * owner and mode before the swap, so Envoy never sees a file it cannot read.
+ * Issues a new certificate from a dev CA and publishes it into a MOUNTED_DIRS directory the way a
+ * Kubernetes secret volume does (new ..<stamp> directory, atomic rename of ..data): the running
+ * Envoy picks it up through its SDS watched_directory, without a restart. The new directory has
+ * its final owner and mode before the swap, so Envoy never sees a file it cannot read.
  */
-export function rotateClientCert(out: string): string {
+function rotate(out: string, dir: string, caName: string, prefix: string, cn: string, sans: string, usage: 'serverAuth' | 'clientAuth'): string {
   const pki = join(out, COMPOSE_FILES.pki);
-  if (!existsSync(join(pki, 'client-ca.key'))) throw new SetupError(`${pki}: run compose-setup.ts first`);
+  if (!existsSync(join(pki, `${caName}.key`))) throw new SetupError(`${pki}: run compose-setup.ts first`);
   const o = writtenOwnership(out);
   if (o === undefined) throw new SetupError(`${join(out, COMPOSE_FILES.env)}: missing or without EDGE_UID/EDGE_GID; run compose-setup.ts again`);
   if (!o.group && process.getuid?.() !== o.uid) throw new SetupError(`run it as uid ${o.uid}, who owns ${pki}`);
-  const name = `client-${Date.now()}`;
-  issue(pki, 'client-ca', name, 'edge-client', 'DNS:edge.internal', 'clientAuth');
-  publishClientCert(join(out, COMPOSE_FILES.clientCertDir), readFileSync(join(pki, `${name}.crt`)), readFileSync(join(pki, `${name}.key`)), (dir) => {
+  const name = `${prefix}-${Date.now()}`;
+  issue(pki, caName, name, cn, sans, usage);
+  publishClientCert(join(out, dir), readFileSync(join(pki, `${name}.crt`)), readFileSync(join(pki, `${name}.key`)), (d) => {
     if (!o.group) return;
-    for (const f of readdirSync(dir)) {
-      chownSync(join(dir, f), 0, o.gid);
-      chmodSync(join(dir, f), 0o440);
+    for (const f of readdirSync(d)) {
+      chownSync(join(d, f), 0, o.gid);
+      chmodSync(join(d, f), 0o440);
     }
-    chownSync(dir, 0, o.gid);
-    chmodSync(dir, 0o750);
+    chownSync(d, 0, o.gid);
+    chmodSync(d, 0o750);
   });
   restrict(out, o);
-  return `published ${name} into ${join(out, COMPOSE_FILES.clientCertDir)}`;
+  return `published ${name} into ${join(out, dir)}`;
+}
+
+/** A new client certificate (the edge's, to the order backend) from the dev client CA. */
+export function rotateClientCert(out: string): string {
+  return rotate(out, COMPOSE_FILES.clientCertDir, 'client-ca', 'client', 'edge-client', 'DNS:edge.internal', 'clientAuth');
+}
+
+/** A new server certificate for the client port (localhost, 127.0.0.1) from the dev edge CA: clients keep their --cacert. */
+export function rotateServerCert(out: string): string {
+  return rotate(out, COMPOSE_FILES.edgeServerDir, 'edge-ca', 'edge-server', 'localhost', 'DNS:localhost,IP:127.0.0.1', 'serverAuth');
 }
 
 if (import.meta.main) {
-  const { values } = parseArgs({ options: { out: { type: 'string' }, gid: { type: 'string' }, 'rotate-client-cert': { type: 'boolean' } } });
+  const { values } = parseArgs({ options: { out: { type: 'string' }, gid: { type: 'string' }, 'rotate-client-cert': { type: 'boolean' }, 'rotate-server-cert': { type: 'boolean' } } });
   const out = resolve(values.out ?? fileURLToPath(new URL('./', import.meta.url)));
   try {
     if (values.gid !== undefined && !/^[1-9]\d{0,9}$/.test(values.gid)) throw new SetupError(`--gid ${values.gid}: a positive number`);
-    process.stdout.write(`compose-setup: ${values['rotate-client-cert'] === true ? rotateClientCert(out) : setup(out, values.gid === undefined ? undefined : Number(values.gid))}\n`);
+    const done = values['rotate-client-cert'] === true ? rotateClientCert(out)
+      : values['rotate-server-cert'] === true ? rotateServerCert(out)
+        : setup(out, values.gid === undefined ? undefined : Number(values.gid));
+    process.stdout.write(`compose-setup: ${done}\n`);
   } catch (err) {
     if (!(err instanceof SetupError)) throw err;
     process.stderr.write(`compose-setup: ${err.message}\n`);

@@ -20,6 +20,7 @@ import assert from 'node:assert/strict';
 import { createHash, createPrivateKey, randomBytes, X509Certificate, type KeyObject } from 'node:crypto';
 import { readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
+import { connect as tlsConnect } from 'node:tls';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { parseHmacKey } from '../authz/src/common/credentials.ts';
 import { geoFixtures } from '../authz/test/geo-fixtures.ts';
@@ -337,6 +338,35 @@ containerSuite('compose', SKIP, () => {
     // (docs/envoy.md); the rest of the 5 s is for the first new backend connection.
     assert.ok(ms <= ROTATION_BOUND_MS, `${ms} ms`);
     assert.ok(updatesAfter > updatesBefore, 'Envoy reloaded the pair through SDS');
+  });
+
+  step(`the client port's server certificate rotated with compose-setup.ts --rotate-server-cert is served to new TLS handshakes within ${ROTATION_BOUND_MS / 1000} s, no restart; requests keep succeeding`, 60_000, async (t) => {
+    const file = (): string => new X509Certificate(readFileSync(join(p.dir, COMPOSE_FILES.edgeServerDir, 'tls.crt'))).fingerprint256;
+    const served = (): Promise<string> => new Promise((resolve, reject) => {
+      const sock = tlsConnect({ host: '127.0.0.1', port: Number(new URL(p.edgeUrl).port), ca: readFileSync(p.edgeCaFile), servername: 'localhost' }, () => {
+        resolve(sock.getPeerCertificate().fingerprint256);
+        sock.destroy();
+      });
+      sock.on('error', reject);
+    });
+    const old = file();
+    assert.equal(await served(), old, 'the published certificate is the one served');
+    ok(await p.setup(['--rotate-server-cert']));
+    const rotatedAt = Date.now();
+    const next = file();
+    assert.notEqual(next, old, 'the rotation published another certificate');
+    let seenMs: number | undefined;
+    let requests = 0;
+    while (seenMs === undefined && Date.now() - rotatedAt <= ROTATION_BOUND_MS) {
+      const fp = await served();
+      assert.ok(fp === old || fp === next, `an unexpected certificate ${fp}`);
+      if (fp === next) seenMs = Date.now() - rotatedAt;
+      const r = await request(stack, 'GET', '/healthz', { ip: chIp(9) });
+      assert.equal(r.status, 200, `no request fails during the rotation: ${r.text}`);
+      requests += 1;
+    }
+    t.diagnostic(`the new certificate served to a new handshake ${String(seenMs)} ms after the rotation; ${requests} requests meanwhile, all 200`);
+    assert.ok(seenMs !== undefined, `no handshake within ${ROTATION_BOUND_MS} ms of the rotation got the new certificate`);
   });
 
   step('an acknowledged ingest survives docker-compose restart redis (append-only file)', 120_000, async (t) => {

@@ -346,6 +346,17 @@ test('compose-setup as root – nothing it writes is readable by a host account:
   check();
   const key = realpathSync(join(clientDir, 'tls.key'));
   assert.deepEqual([statSync(key).mode & 0o777, statSync(key).gid, statSync(dirname(key)).mode & 0o777, statSync(dirname(key)).gid], [0o440, gid, 0o750, gid], 'the rotated key is readable by the containers');
+  // The same for the client port's server certificate: a new one from the same edge CA (clients keep their --cacert).
+  const serverDir = join(out, COMPOSE_FILES.edgeServerDir);
+  const before = new X509Certificate(readFileSync(join(serverDir, 'tls.crt'))).fingerprint256;
+  execFileSync(join(ROOT, 'scripts/node'), [join(ROOT, 'deploy/compose-setup.ts'), '--out', out, '--rotate-server-cert'], { stdio: 'pipe' });
+  check();
+  const rotated = new X509Certificate(readFileSync(join(serverDir, 'tls.crt')));
+  assert.notEqual(rotated.fingerprint256, before, 'a new server certificate is published');
+  assert.ok(rotated.checkIssued(new X509Certificate(readFileSync(join(out, COMPOSE_FILES.edgeCa)))) && rotated.checkHost('localhost') !== undefined, 'from the same edge CA, for localhost');
+  assert.ok(rotated.checkPrivateKey(createPrivateKey(readFileSync(join(serverDir, 'tls.key')))), 'with its own key');
+  const serverKey = realpathSync(join(serverDir, 'tls.key'));
+  assert.deepEqual([statSync(serverKey).mode & 0o777, statSync(serverKey).gid, statSync(dirname(serverKey)).mode & 0o777, statSync(dirname(serverKey)).gid], [0o440, gid, 0o750, gid], 'the rotated server key is readable by the containers');
 });
 
 test('compose-setup as root – an --out only root can enter works (the engine makes the bind mounts; no container walks the host path); --gid of a host group is refused in one line, writing nothing', () => {
