@@ -3,6 +3,7 @@
  *
  *   scripts/node deploy/compose-setup.ts                       # once, before `docker-compose up`
  *   scripts/node deploy/compose-setup.ts --rotate-client-cert  # issue + publish a new client certificate
+ *   scripts/node deploy/compose-setup.ts --rotate-server-cert  # the same for the client port's server certificate
  *   options: --out <dir> (default: deploy/); --gid <n> (as root: the containers' group, default the
  *            first gid from 10001 no host group or user has)
  *
@@ -12,6 +13,9 @@
  *   .secrets/pki/  dev PKI: backend CA + server certificate for the service name `backend`,
  *                  client CA, and the edge's client certificate in the Kubernetes ..data layout
  *                  (client/tls.crt → ..data/tls.crt) so rotation is an atomic symlink swap
+ *                  .secrets/pki/edge-ca.crt + edge-server/: the client listener's CA (what `curl --cacert`
+ *                  is given) and its server certificate for localhost and 127.0.0.1, in the same ..data
+ *                  layout (EDGE_TLS_CERT_FILE/EDGE_TLS_KEY_FILE; added to an existing .secrets too)
  *   .secrets/admin_token  the admin token (POST /admin/seal); added to an existing .secrets too
  *   .state/        the TS service's writable directory (0700): the seal marker AUTHZ_SEAL_FILE, kept
  *                  across container restarts (docs/operations.md "Seal and unseal")
@@ -37,6 +41,7 @@ import { parseArgs } from 'node:util';
 import { fileURLToPath } from 'node:url';
 import { DEFAULT_GEOIP_DB } from '../authz/src/common/config.ts';
 import { generateDevPki, issue, publishClientCert } from '../scripts/dev/certs.ts';
+import { ensureEdgeServerCert } from '../scripts/dev/edge-server-cert.ts';
 
 /** The uid/gid the service image runs as (deploy/Dockerfile `USER 1000:1000`). */
 export const IMAGE_UID = 1000;
@@ -53,6 +58,10 @@ export const COMPOSE_FILES = {
   backendKey: '.secrets/pki/backend.key',
   clientCa: '.secrets/pki/client-ca.crt',
   clientCertDir: '.secrets/pki/client',
+  /** The client listener's server certificate directory (..data layout; mounted whole, like clientCertDir). */
+  edgeServerDir: '.secrets/pki/edge-server',
+  /** The CA of that certificate: what a client trusts (`curl --cacert`); mounted nowhere. */
+  edgeCa: '.secrets/pki/edge-ca.crt',
   adminToken: '.secrets/admin_token',
   state: '.state',
   geoipDir: '.geoip',
@@ -104,18 +113,21 @@ export const MOUNTED = [
   COMPOSE_FILES.backendCa, COMPOSE_FILES.backendCert, COMPOSE_FILES.backendKey, COMPOSE_FILES.clientCa,
 ] as const;
 
+/** The directories docker-compose.yml mounts whole (..data layout, so a rotation on the host reaches Envoy). */
+export const MOUNTED_DIRS = [COMPOSE_FILES.clientCertDir, COMPOSE_FILES.edgeServerDir] as const;
+
 /**
  * Owner and mode of everything under .secrets: as a user 0400 files, 0700 directories (the
- * user's own); as root the MOUNTED files and the client certificate directory (mounted whole)
- * 0440/0750 root:gid, everything else 0400/0700 root. CA serial files (openssl rewrites them)
- * 0600.
+ * user's own); as root the MOUNTED files and the MOUNTED_DIRS (the client and the server
+ * certificate directories) 0440/0750 root:gid, everything else 0400/0700 root. CA serial files
+ * (openssl rewrites them) 0600.
  */
 function restrict(out: string, o: Ownership): void {
   const secrets = join(out, '.secrets');
-  const clientDir = join(out, COMPOSE_FILES.clientCertDir);
+  const sharedDirs = MOUNTED_DIRS.map((d) => join(out, d));
   const mounted = new Set(MOUNTED.map((f) => join(out, f)));
   const walk = (dir: string): void => {
-    const shared = o.group && (dir === clientDir || dir.startsWith(`${clientDir}/`));
+    const shared = o.group && sharedDirs.some((d) => dir === d || dir.startsWith(`${d}/`));
     set(dir, shared ? 0o750 : 0o700, shared);
     for (const f of readdirSync(dir)) {
       const p = join(dir, f);
@@ -176,8 +188,14 @@ export function setup(out: string, gid?: number): string {
   const invoker = { uid: process.getuid?.() ?? IMAGE_UID, gid: process.getgid?.() ?? IMAGE_UID };
   const secrets = join(out, '.secrets');
   if (existsSync(join(out, COMPOSE_FILES.ingestHmac))) {
-    ensureAdminFiles(out, writtenOwnership(out) ?? ownership(invoker.uid, invoker.gid, () => gid ?? dedicatedGid()));
-    return `${secrets} already exists (admin token and ${join(out, COMPOSE_FILES.state)} ensured); delete it to regenerate`;
+    const o = writtenOwnership(out) ?? ownership(invoker.uid, invoker.gid, () => gid ?? dedicatedGid());
+    ensureAdminFiles(out, o);
+    // A .secrets from before TLS on the client port: its server certificate added.
+    if (!existsSync(join(out, COMPOSE_FILES.edgeServerDir, 'tls.crt'))) {
+      ensureEdgeServerCert(join(out, COMPOSE_FILES.pki));
+      restrict(out, o);
+    }
+    return `${secrets} already exists (admin token, server certificate and ${join(out, COMPOSE_FILES.state)} ensured); delete it to regenerate`;
   }
   if (gid !== undefined && invoker.uid !== 0) throw new SetupError('--gid is for a run as root: as a user, the containers run as that user');
   const o = ownership(invoker.uid, invoker.gid, () => gid ?? dedicatedGid());
@@ -193,6 +211,8 @@ export function setup(out: string, gid?: number): string {
   writeFileSync(join(out, COMPOSE_FILES.feedPublicKeys), `${hex(publicKey.export({ format: 'jwk' }).x)}\n`, { mode: 0o400 });
   writeFileSync(join(out, COMPOSE_FILES.feedPrivateKey), `${hex(privateKey.export({ format: 'jwk' }).d)}\n`, { mode: 0o400 });
   generateDevPki(join(out, COMPOSE_FILES.pki), 'backend');
+  // TLS on the client port: edge-ca.crt and edge-server/tls.{crt,key} for localhost and 127.0.0.1.
+  ensureEdgeServerCert(join(out, COMPOSE_FILES.pki));
   restrict(out, o);
   writeFileSync(join(out, COMPOSE_FILES.geoipDb), readFileSync(DEFAULT_GEOIP_DB));
   chmodSync(join(out, COMPOSE_FILES.geoipDir), 0o755);
@@ -202,38 +222,51 @@ export function setup(out: string, gid?: number): string {
 }
 
 /**
- * Issues a new client certificate from the dev client CA and publishes it the way a Kubernetes
- * secret volume does (new ..<stamp> directory, atomic rename of ..data): the running Envoy picks
- * it up through its SDS watched_directory, without a restart. The new directory has its final
- * owner and mode before the swap, so Envoy never sees a file it cannot read.
+ * Issues a new certificate from a dev CA and publishes it into a MOUNTED_DIRS directory the way a
+ * Kubernetes secret volume does (new ..<stamp> directory, atomic rename of ..data): the running
+ * Envoy picks it up through its SDS watched_directory, without a restart. The new directory has
+ * its final owner and mode before the swap, so Envoy never sees a file it cannot read.
  */
-export function rotateClientCert(out: string): string {
+function rotate(out: string, dir: string, caName: string, prefix: string, cn: string, sans: string, usage: 'serverAuth' | 'clientAuth'): string {
   const pki = join(out, COMPOSE_FILES.pki);
-  if (!existsSync(join(pki, 'client-ca.key'))) throw new SetupError(`${pki}: run compose-setup.ts first`);
+  if (!existsSync(join(pki, `${caName}.key`))) throw new SetupError(`${pki}: run compose-setup.ts first`);
   const o = writtenOwnership(out);
   if (o === undefined) throw new SetupError(`${join(out, COMPOSE_FILES.env)}: missing or without EDGE_UID/EDGE_GID; run compose-setup.ts again`);
   if (!o.group && process.getuid?.() !== o.uid) throw new SetupError(`run it as uid ${o.uid}, who owns ${pki}`);
-  const name = `client-${Date.now()}`;
-  issue(pki, 'client-ca', name, 'edge-client', 'DNS:edge.internal', 'clientAuth');
-  publishClientCert(join(out, COMPOSE_FILES.clientCertDir), readFileSync(join(pki, `${name}.crt`)), readFileSync(join(pki, `${name}.key`)), (dir) => {
+  const name = `${prefix}-${Date.now()}`;
+  issue(pki, caName, name, cn, sans, usage);
+  publishClientCert(join(out, dir), readFileSync(join(pki, `${name}.crt`)), readFileSync(join(pki, `${name}.key`)), (d) => {
     if (!o.group) return;
-    for (const f of readdirSync(dir)) {
-      chownSync(join(dir, f), 0, o.gid);
-      chmodSync(join(dir, f), 0o440);
+    for (const f of readdirSync(d)) {
+      chownSync(join(d, f), 0, o.gid);
+      chmodSync(join(d, f), 0o440);
     }
-    chownSync(dir, 0, o.gid);
-    chmodSync(dir, 0o750);
+    chownSync(d, 0, o.gid);
+    chmodSync(d, 0o750);
   });
   restrict(out, o);
-  return `published ${name} into ${join(out, COMPOSE_FILES.clientCertDir)}`;
+  return `published ${name} into ${join(out, dir)}`;
+}
+
+/** A new client certificate (the edge's, to the order backend) from the dev client CA. */
+export function rotateClientCert(out: string): string {
+  return rotate(out, COMPOSE_FILES.clientCertDir, 'client-ca', 'client', 'edge-client', 'DNS:edge.internal', 'clientAuth');
+}
+
+/** A new server certificate for the client port (localhost, 127.0.0.1) from the dev edge CA: clients keep their --cacert. */
+export function rotateServerCert(out: string): string {
+  return rotate(out, COMPOSE_FILES.edgeServerDir, 'edge-ca', 'edge-server', 'localhost', 'DNS:localhost,IP:127.0.0.1', 'serverAuth');
 }
 
 if (import.meta.main) {
-  const { values } = parseArgs({ options: { out: { type: 'string' }, gid: { type: 'string' }, 'rotate-client-cert': { type: 'boolean' } } });
+  const { values } = parseArgs({ options: { out: { type: 'string' }, gid: { type: 'string' }, 'rotate-client-cert': { type: 'boolean' }, 'rotate-server-cert': { type: 'boolean' } } });
   const out = resolve(values.out ?? fileURLToPath(new URL('./', import.meta.url)));
   try {
     if (values.gid !== undefined && !/^[1-9]\d{0,9}$/.test(values.gid)) throw new SetupError(`--gid ${values.gid}: a positive number`);
-    process.stdout.write(`compose-setup: ${values['rotate-client-cert'] === true ? rotateClientCert(out) : setup(out, values.gid === undefined ? undefined : Number(values.gid))}\n`);
+    const done = values['rotate-client-cert'] === true ? rotateClientCert(out)
+      : values['rotate-server-cert'] === true ? rotateServerCert(out)
+        : setup(out, values.gid === undefined ? undefined : Number(values.gid));
+    process.stdout.write(`compose-setup: ${done}\n`);
   } catch (err) {
     if (!(err instanceof SetupError)) throw err;
     process.stderr.write(`compose-setup: ${err.message}\n`);

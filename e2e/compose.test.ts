@@ -2,7 +2,9 @@
  * The shipped deploy/docker-compose.yml, unmodified, run by the real docker-compose (Debian 1.29)
  * on a Docker engine, driven only through the port Envoy publishes (e2e/lib/compose.ts says how
  * the file is run as it is: own project name, free port and subnet, secrets/PKI/GeoIP generated
- * by deploy/compose-setup.ts into a temp project directory, the image built by compose).
+ * by deploy/compose-setup.ts into a temp project directory, the image built by compose). The
+ * client port speaks TLS with the server certificate compose-setup.ts issued: this process trusts
+ * its CA (pki/edge-ca.crt), as `curl --cacert` is told to.
  *
  * The GeoIP database is the test fixture (authz/test/fixtures/make-mmdb.py, documentation ranges
  * only): 198.51.100.0/25 is KP, 192.0.2.0/25 and 2001:db8:3::/48 are CH; its "monthly update"
@@ -18,13 +20,15 @@ import assert from 'node:assert/strict';
 import { createHash, createPrivateKey, randomBytes, X509Certificate, type KeyObject } from 'node:crypto';
 import { readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
+import { connect as tlsConnect } from 'node:tls';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { parseHmacKey } from '../authz/src/common/credentials.ts';
 import { geoFixtures } from '../authz/test/geo-fixtures.ts';
 import { COMPOSE_FILES } from '../deploy/compose-setup.ts';
 import { composeConfig, type ComposeFile } from '../deploy/test/tools.ts';
 import { signedIngest } from '../scripts/edge-client.ts';
-import { errorCode, ingest, KP_IP, orderBody, request, uniqueId, type Reply } from './lib/client.ts';
+import { errorCode, ingest, KP_IP, orderBody, request, trustCa, uniqueId, type Reply } from './lib/client.ts';
+import { curl } from './lib/edge-tls.ts';
 import { composeProject, composeSkipReason, jsonLogLines, ok, until, type ComposeProject } from './lib/compose.ts';
 import { containerSuite } from './lib/images.ts';
 import type { Stack } from './lib/stack.ts';
@@ -108,6 +112,8 @@ containerSuite('compose', SKIP, () => {
       const t0 = Date.now();
       p = await composeProject({ vars: VARS });
       ok(await p.setup());
+      // The client port speaks TLS with the certificate compose-setup.ts issued: trust its CA.
+      trustCa(p.edgeCaFile);
       // The fixture database (known KP and CH ranges) in place of the default one, before `up`.
       p.replaceGeoip(readFileSync(geoFixtures().geoip2));
       config = composeConfig({ projectDir: p.dir, envFile: join(p.dir, COMPOSE_FILES.env), env: { ...p.vars } }).file;
@@ -167,12 +173,24 @@ containerSuite('compose', SKIP, () => {
     assert.deepEqual(r.json(), { status: 'ok' });
     // The port is the one compose published for Envoy, nothing else.
     const port = ok(await p.compose(['port', 'envoy', '8080'])).stdout.trim();
-    assert.equal(`http://${port}`, p.edgeUrl);
+    assert.equal(`https://${port}`, p.edgeUrl);
     for (const service of LONG_RUNNING) {
       assert.equal((await p.container(service)).health, 'healthy', `${service} is healthy`);
     }
     const render = await p.container('render');
     assert.deepEqual([render.status, render.exitCode], ['exited', 0], 'the render one-shot completed');
+  });
+
+  step('the client port speaks TLS with the certificate compose-setup.ts issued: curl --cacert gets 200 over TLS 1.3 with h2 and over TLS 1.2 with HTTP/1.1; plaintext HTTP gets no answer', 60_000, async () => {
+    const h2 = await curl(['--cacert', p.edgeCaFile, '--tlsv1.3', '--http2', '-H', `x-forwarded-for: ${chIp(3)}`, `${p.edgeUrl}/healthz`]);
+    assert.deepEqual([h2.code, h2.out], [0, '200 2'], h2.err);
+    const h1 = await curl(['--cacert', p.edgeCaFile, '--tlsv1.2', '--tls-max', '1.2', '--http1.1', '-H', `x-forwarded-for: ${chIp(3)}`, `${p.edgeUrl}/healthz`]);
+    assert.deepEqual([h1.code, h1.out], [0, '200 1.1'], h1.err);
+    // Without the CA the certificate is not trusted (curl's 60): it is the generated one, not a public one.
+    assert.equal((await curl([`${p.edgeUrl}/healthz`])).code, 60);
+    const plain = await curl([`${p.edgeUrl.replace('https:', 'http:')}/healthz`]);
+    assert.notEqual(plain.code, 0, `plaintext HTTP on the TLS port: ${plain.out}`);
+    assert.doesNotMatch(plain.out, /^[1-5]\d\d /, 'no HTTP answer');
   });
 
   step('a signed ingest is stored (200) and read back from /v1/markets and /v1/quotes; a wrong HMAC key is refused 401', 60_000, async () => {
@@ -320,6 +338,35 @@ containerSuite('compose', SKIP, () => {
     // (docs/envoy.md); the rest of the 5 s is for the first new backend connection.
     assert.ok(ms <= ROTATION_BOUND_MS, `${ms} ms`);
     assert.ok(updatesAfter > updatesBefore, 'Envoy reloaded the pair through SDS');
+  });
+
+  step(`the client port's server certificate rotated with compose-setup.ts --rotate-server-cert is served to new TLS handshakes within ${ROTATION_BOUND_MS / 1000} s, no restart; requests keep succeeding`, 60_000, async (t) => {
+    const file = (): string => new X509Certificate(readFileSync(join(p.dir, COMPOSE_FILES.edgeServerDir, 'tls.crt'))).fingerprint256;
+    const served = (): Promise<string> => new Promise((resolve, reject) => {
+      const sock = tlsConnect({ host: '127.0.0.1', port: Number(new URL(p.edgeUrl).port), ca: readFileSync(p.edgeCaFile), servername: 'localhost' }, () => {
+        resolve(sock.getPeerCertificate().fingerprint256);
+        sock.destroy();
+      });
+      sock.on('error', reject);
+    });
+    const old = file();
+    assert.equal(await served(), old, 'the published certificate is the one served');
+    ok(await p.setup(['--rotate-server-cert']));
+    const rotatedAt = Date.now();
+    const next = file();
+    assert.notEqual(next, old, 'the rotation published another certificate');
+    let seenMs: number | undefined;
+    let requests = 0;
+    while (seenMs === undefined && Date.now() - rotatedAt <= ROTATION_BOUND_MS) {
+      const fp = await served();
+      assert.ok(fp === old || fp === next, `an unexpected certificate ${fp}`);
+      if (fp === next) seenMs = Date.now() - rotatedAt;
+      const r = await request(stack, 'GET', '/healthz', { ip: chIp(9) });
+      assert.equal(r.status, 200, `no request fails during the rotation: ${r.text}`);
+      requests += 1;
+    }
+    t.diagnostic(`the new certificate served to a new handshake ${String(seenMs)} ms after the rotation; ${requests} requests meanwhile, all 200`);
+    assert.ok(seenMs !== undefined, `no handshake within ${ROTATION_BOUND_MS} ms of the rotation got the new certificate`);
   });
 
   step('an acknowledged ingest survives docker-compose restart redis (append-only file)', 120_000, async (t) => {

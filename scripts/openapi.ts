@@ -201,7 +201,7 @@ export function buildOpenApi(): Obj {
       { url: `http://127.0.0.1:${defaults.edgePort}`, description: 'local stack (npm start); Envoy\'s client listener EDGE_PORT' },
       {
         url: `https://localhost:${defaults.edgePort}`,
-        description: 'the same listener over TLS (EDGE_TLS_CERT_FILE/EDGE_TLS_KEY_FILE; npm start with DEV_EDGE_TLS=1): TLS 1.2/1.3, ALPN h2 or http/1.1; plaintext is then refused',
+        description: 'the same listener over TLS (EDGE_TLS_CERT_FILE/EDGE_TLS_KEY_FILE: docker-compose, with the CA deploy/.secrets/pki/edge-ca.crt; the production Kubernetes overlay; npm start with DEV_EDGE_TLS=1): TLS 1.2/1.3, ALPN h2 or http/1.1; plaintext is then refused',
       },
     ],
     tags: [

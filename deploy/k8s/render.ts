@@ -30,6 +30,8 @@ import { renderEnvoy, requiredEnvoyMemoryLimitMb, SERVER_SDS_FILE } from '../../
 export const MOUNTS = {
   envoyConfig: '/etc/envoy',
   clientCert: '/etc/edge/client',
+  /** The client port's server certificate (Secret edge-server-cert; production overlay), in the envoy container only. */
+  serverCert: '/etc/edge/server',
   backendCa: '/etc/edge/backend-ca',
   secrets: '/etc/edge/secrets',
   /** The admin token (Secret edge-admin), in the authz container only. */
@@ -48,6 +50,8 @@ export const MOUNTS = {
 export const SECRETS = {
   ingest: { name: 'edge-ingest', keys: ['ingest-hmac', 'ingest-hmac-previous', 'feed-public-keys'] },
   clientCert: { name: 'edge-client-cert', keys: ['tls.crt', 'tls.key'] },
+  /** The client port's server certificate (kubernetes.io/tls; mounted by the production overlay: EDGE_TLS_*). */
+  serverCert: { name: 'edge-server-cert', keys: ['tls.crt', 'tls.key'] },
   backendCa: { name: 'edge-backend-ca', keys: ['ca.crt'] },
   /** The admin token: POST /admin/seal needs it (docs/operations.md "Seal and unseal"). */
   admin: { name: 'edge-admin', keys: ['admin-token'] },
@@ -141,6 +145,13 @@ export const PRODUCTION_ENV: Readonly<Record<string, string>> = {
   ...K8S_ENV,
   // Two worker processes per pod (the overlay gives the authz container 2 CPUs).
   AUTHZ_WORKERS: '2',
+  // Envoy terminates TLS on its client port (TLS only there) with the Secret edge-server-cert
+  // (overlays/production/deployment-patch.yaml mounts it; the kubelet's ..data swap of a renewed
+  // Secret reaches Envoy's SDS watch, no restart). The L7 balancer in front re-encrypts to the pod
+  // and still appends the client address (XFF_NUM_TRUSTED_HOPS 1); behind an L4 balancer set
+  // EDGE_PROXY_PROTOCOL=required and XFF_NUM_TRUSTED_HOPS=0 instead (docs/deploy.md).
+  EDGE_TLS_CERT_FILE: `${MOUNTS.serverCert}/tls.crt`,
+  EDGE_TLS_KEY_FILE: `${MOUNTS.serverCert}/tls.key`,
 };
 
 /**

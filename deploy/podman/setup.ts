@@ -22,7 +22,9 @@
  *                       ..<timestamp>/<file> (0440, group fsGroup; directories 02755),
  *                       ..data → ..<timestamp>, <file> → ..data/<file>
  *   pki/                CAs and certificates: the order backend's for the ORDER_BACKEND_SAN name,
- *                       the edge's client certificate (the copy the pod reads is in secrets/)
+ *                       the edge's client certificate (the copy the pod reads is in secrets/), and
+ *                       edge-ca.crt, the CA of the client port's server certificate (Secret
+ *                       edge-server-cert, for localhost and 127.0.0.1): what `curl --cacert` is given
  *   feed_private_key    the signing client's Ed25519 key (hex seed; mounted nowhere)
  *   overlay/            the kustomize overlay on the production overlay (OVERLAY_CHANGES)
  *   rendered.yaml       `kubectl kustomize overlay/`, split for podman into:
@@ -32,8 +34,8 @@
  *                       and ignores the Service, HPA, PDB, NetworkPolicy and CronJob)
  *   geoip-update.yaml   the CronJob's job pod as a Pod (what `kubectl create job --from=cronjob/…` runs)
  *   pod.env             for the shell: CONTAINERS_CONF, POD_NETWORK, POD_GATEWAY, POD_NAME, the ports
- *                       (POD_REDIS_PORT, POD_REDIS_REPLICA_PORT, POD_EDGE_URL, POD_INGEST_URL,
- *                       POD_GRPC_ADDRESS, POD_METRICS_URL), the CronJob's pod and container
+ *                       (POD_REDIS_PORT, POD_REDIS_REPLICA_PORT, POD_EDGE_URL (https), POD_EDGE_CA,
+ *                       POD_INGEST_URL, POD_GRPC_ADDRESS, POD_METRICS_URL), the CronJob's pod and container
  *                       (POD_GEOIP_UPDATE_POD, _CONTAINER) and the named volumes (POD_VOLUMES):
  *                       every name docs/deploy.md's walkthrough uses, for any --name and --publish
  * and creates the podman network edge-<name>. Its gateway is where the pod reaches the host: the
@@ -46,6 +48,7 @@ import { join, relative, resolve } from 'node:path';
 import { parseArgs } from 'node:util';
 import YAML from 'yaml';
 import { generateDevPki, issue } from '../../scripts/dev/certs.ts';
+import { ensureEdgeServerCert } from '../../scripts/dev/edge-server-cert.ts';
 import { SECRETS } from '../k8s/render.ts';
 import { ROOT } from '../paths.ts';
 import { kustomize, yamlDocs, type Resource } from '../test/tools.ts';
@@ -460,6 +463,8 @@ export interface PodSetup {
   readonly adminToken: string;
   /** The client CA (its key) and the directory the pod's client certificate is published in. */
   readonly pkiDir: string;
+  /** The CA of the client port's server certificate (the production overlay serves TLS there). */
+  readonly edgeCaFile: string;
   readonly clientCertDir: string;
   readonly backendHost: string;
   readonly files: { readonly [K in keyof typeof FILES]: string };
@@ -481,11 +486,14 @@ function writeSecrets(dir: string, deployment: Workload, backendSan: string): { 
   const ingestHmac = `hex:${randomBytes(32).toString('hex')}`;
   const adminToken = randomBytes(32).toString('hex');
   const feedPrivateKeyHex = hex(privateKey.export({ format: 'jwk' }).d);
+  // The client port's server certificate (production: EDGE_TLS_*), for localhost and 127.0.0.1.
+  const server = ensureEdgeServerCert(pkiDir);
   writeFileSync(join(dir, FILES.feedPrivateKey), `${feedPrivateKeyHex}\n`, { mode: 0o600 });
   const content: Record<string, Record<string, string | Buffer>> = {
     [SECRETS.ingest.name]: { 'ingest-hmac': `${ingestHmac}\n`, 'ingest-hmac-previous': '', 'feed-public-keys': `${hex(publicKey.export({ format: 'jwk' }).x)}\n` },
     [SECRETS.clientCert.name]: { 'tls.crt': readFileSync(join(pkiDir, 'client-1.crt')), 'tls.key': readFileSync(join(pkiDir, 'client-1.key')) },
     [SECRETS.backendCa.name]: { 'ca.crt': readFileSync(pki.backendCaFile) },
+    [SECRETS.serverCert.name]: { 'tls.crt': readFileSync(server.certFile), 'tls.key': readFileSync(server.keyFile) },
     [SECRETS.admin.name]: { 'admin-token': `${adminToken}\n` },
   };
   const secretDirs: Record<string, string> = {};
@@ -552,7 +560,9 @@ export function setupPod(opts: SetupOptions): PodSetup {
     `POD_NAME=${pod}`,
     `POD_REDIS_PORT=${opts.redisPort}`,
     `POD_REDIS_REPLICA_PORT=${opts.redisReplicaPort ?? opts.redisPort + 1}`,
-    `POD_EDGE_URL=http://127.0.0.1:${opts.publish['http'] ?? ''}`,
+    // The production overlay serves TLS on the client port: its certificate names 127.0.0.1.
+    `POD_EDGE_URL=https://127.0.0.1:${opts.publish['http'] ?? ''}`,
+    `POD_EDGE_CA=${join(files.pki, 'edge-ca.crt')}`,
     `POD_INGEST_URL=http://127.0.0.1:${opts.publish['ingest'] ?? ''}`,
     `POD_GRPC_ADDRESS=127.0.0.1:${opts.publish['grpc'] ?? ''}`,
     `POD_METRICS_URL=http://127.0.0.1:${opts.publish['metrics'] ?? ''}`,
@@ -571,6 +581,7 @@ export function setupPod(opts: SetupOptions): PodSetup {
     feedPrivateKeyHex: secrets.feedPrivateKeyHex,
     adminToken: secrets.adminToken,
     pkiDir: join(dir, FILES.pki),
+    edgeCaFile: join(dir, FILES.pki, 'edge-ca.crt'),
     clientCertDir: secrets.secretDirs[SECRETS.clientCert.name] ?? '',
     backendHost,
     files,

@@ -17,6 +17,7 @@
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync, spawnSync } from 'node:child_process';
+import { createPrivateKey, X509Certificate } from 'node:crypto';
 import { chmodSync, linkSync, lstatSync, mkdirSync, realpathSync, readFileSync, readdirSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import YAML from 'yaml';
@@ -25,7 +26,7 @@ import { loadCredentials } from '../../authz/src/common/credentials.ts';
 import { readTokenFile } from '../../authz/src/common/token.ts';
 import { envoyBinary } from '../../envoy/envoy-bin.ts';
 import { main as renderCli } from '../../envoy/render-cli.ts';
-import { COMPOSE_FILES, dedicatedGid, FIRST_DEDICATED_GID, hostGids, IMAGE_UID, ownership } from '../compose-setup.ts';
+import { COMPOSE_FILES, dedicatedGid, FIRST_DEDICATED_GID, hostGids, IMAGE_UID, MOUNTED_DIRS, ownership } from '../compose-setup.ts';
 import { budgetOfBootstrap, ENVOY_POD_CPUS, envoyBudget, renderEnvoy } from '../../envoy/render.ts';
 import { ROOT } from '../paths.ts';
 import { backendSettings, settingsRead, validateEnvoyThroughMounts } from './support.ts';
@@ -225,7 +226,7 @@ test('compose – every secret and mount resolves to a file compose-setup.ts wro
   const mounts = serviceMounts(composed, 'authz');
   const env = { ...authz.environment };
   for (const [k, v] of Object.entries(env)) {
-    if (/_FILE$/.test(k) && !/^(ORDER_BACKEND_CA|EDGE_CLIENT_CERT|EDGE_CLIENT_KEY|AUTHZ_SEAL)_FILE$/.test(k)) {
+    if (/_FILE$/.test(k) && !/^(ORDER_BACKEND_CA|EDGE_CLIENT_CERT|EDGE_CLIENT_KEY|EDGE_TLS_CERT|EDGE_TLS_KEY|AUTHZ_SEAL)_FILE$/.test(k)) {
       env[k] = hostPath(mounts, v);
       checkSecretFile(env[k]);
     }
@@ -237,6 +238,17 @@ test('compose – every secret and mount resolves to a file compose-setup.ts wro
   const creds = loadCredentials(env);
   assert.equal(creds.hmacKeys.length, 1, 'no HMAC rotation in progress: the previous-key file is empty');
   assert.equal(creds.feedKeys.length, 1);
+  // envoy: the client port's server certificate (EDGE_TLS_*), through its directory mount: a
+  // certificate for localhost and 127.0.0.1, its key's, issued by the CA clients are told to trust.
+  const em = serviceMounts(composed, 'envoy');
+  const tlsCert = hostPath(em, env['EDGE_TLS_CERT_FILE'] ?? '');
+  const tlsKey = hostPath(em, env['EDGE_TLS_KEY_FILE'] ?? '');
+  for (const f of [tlsCert, tlsKey]) checkSecretFile(f);
+  const served = new X509Certificate(readFileSync(tlsCert));
+  const edgeCa = new X509Certificate(readFileSync(join(out, COMPOSE_FILES.edgeCa)));
+  assert.ok(served.checkPrivateKey(createPrivateKey(readFileSync(tlsKey))), 'EDGE_TLS_KEY_FILE is the certificate\'s key');
+  assert.ok(served.checkIssued(edgeCa) && served.verify(edgeCa.publicKey), 'issued by pki/edge-ca.crt');
+  assert.deepEqual([served.checkHost('localhost'), served.checkIP('127.0.0.1')], ['localhost', '127.0.0.1']);
   // backend: its certificate files.
   const bm = serviceMounts(composed, 'backend');
   for (const [k, v] of Object.entries(composed.services['backend']?.environment ?? {})) if (k.endsWith('_FILE')) checkSecretFile(hostPath(bm, v));
@@ -283,13 +295,15 @@ test('compose-setup as root – nothing it writes is readable by a host account:
   const gid = Number(dotenv['EDGE_GID']);
   const mounted = new Set(Object.values(composed.secrets).map((d) => d.file));
   const clientDir = join(out, COMPOSE_FILES.clientCertDir);
+  const sharedDirs = MOUNTED_DIRS.map((d) => join(out, d));
+  assert.deepEqual(MOUNTED_DIRS, [COMPOSE_FILES.clientCertDir, COMPOSE_FILES.edgeServerDir], 'the client and the server certificate directories');
   const check = (): void => {
     const walk = (dir: string): void => {
       for (const f of readdirSync(dir)) {
         const p = join(dir, f);
         const st = lstatSync(p);
         if (st.isSymbolicLink()) continue;
-        const shared = mounted.has(p) || p === clientDir || p.startsWith(`${clientDir}/`);
+        const shared = mounted.has(p) || sharedDirs.some((d) => p === d || p.startsWith(`${d}/`));
         assert.equal(st.uid, 0, `${p}: owned by root`);
         assert.equal(st.mode & 0o007, 0, `${p}: nothing for others (mode ${(st.mode & 0o777).toString(8)})`);
         if (st.isDirectory()) {
@@ -303,7 +317,7 @@ test('compose-setup as root – nothing it writes is readable by a host account:
     walk(join(out, '.secrets'));
   };
   check();
-  for (const f of [COMPOSE_FILES.feedPrivateKey, 'pki/client-ca.key', 'pki/backend-ca.key']) {
+  for (const f of [COMPOSE_FILES.feedPrivateKey, 'pki/client-ca.key', 'pki/backend-ca.key', 'pki/edge-ca.key']) {
     assert.deepEqual([statSync(join(out, f.startsWith('pki/') ? `.secrets/${f}` : f)).mode & 0o777, statSync(join(out, f.startsWith('pki/') ? `.secrets/${f}` : f)).gid], [0o400, 0], `${f}: root's alone`);
   }
   // Who can open the files themselves: each is hard-linked into an open directory (the same inode,
@@ -332,6 +346,17 @@ test('compose-setup as root – nothing it writes is readable by a host account:
   check();
   const key = realpathSync(join(clientDir, 'tls.key'));
   assert.deepEqual([statSync(key).mode & 0o777, statSync(key).gid, statSync(dirname(key)).mode & 0o777, statSync(dirname(key)).gid], [0o440, gid, 0o750, gid], 'the rotated key is readable by the containers');
+  // The same for the client port's server certificate: a new one from the same edge CA (clients keep their --cacert).
+  const serverDir = join(out, COMPOSE_FILES.edgeServerDir);
+  const before = new X509Certificate(readFileSync(join(serverDir, 'tls.crt'))).fingerprint256;
+  execFileSync(join(ROOT, 'scripts/node'), [join(ROOT, 'deploy/compose-setup.ts'), '--out', out, '--rotate-server-cert'], { stdio: 'pipe' });
+  check();
+  const rotated = new X509Certificate(readFileSync(join(serverDir, 'tls.crt')));
+  assert.notEqual(rotated.fingerprint256, before, 'a new server certificate is published');
+  assert.ok(rotated.checkIssued(new X509Certificate(readFileSync(join(out, COMPOSE_FILES.edgeCa)))) && rotated.checkHost('localhost') !== undefined, 'from the same edge CA, for localhost');
+  assert.ok(rotated.checkPrivateKey(createPrivateKey(readFileSync(join(serverDir, 'tls.key')))), 'with its own key');
+  const serverKey = realpathSync(join(serverDir, 'tls.key'));
+  assert.deepEqual([statSync(serverKey).mode & 0o777, statSync(serverKey).gid, statSync(dirname(serverKey)).mode & 0o777, statSync(dirname(serverKey)).gid], [0o440, gid, 0o750, gid], 'the rotated server key is readable by the containers');
 });
 
 test('compose-setup as root – an --out only root can enter works (the engine makes the bind mounts; no container walks the host path); --gid of a host group is refused in one line, writing nothing', () => {
@@ -351,5 +376,33 @@ test('compose-setup as root – an --out only root can enter works (the engine m
     assert.match(ok.stdout, /secrets owned by root, read by the containers \(uid 1000\) through the dedicated group \d+\)\n$/);
   } finally {
     rmSync(parent, { recursive: true, force: true });
+  }
+});
+
+test('compose-setup – a .secrets written before TLS on the client port gets its server certificate on the next run (as docker-compose.yml now mounts it); the other secrets are kept', () => {
+  const again = tempDir('edge-compose-upgrade-');
+  try {
+    chmodSync(again, 0o755);
+    const setup = (): string => execFileSync(join(ROOT, 'scripts/node'), [join(ROOT, 'deploy/compose-setup.ts'), '--out', again], { encoding: 'utf8' });
+    setup();
+    const hmac = readFileSync(join(again, COMPOSE_FILES.ingestHmac), 'utf8');
+    const serverDir = join(again, COMPOSE_FILES.edgeServerDir);
+    // What an earlier version of the script wrote: no server certificate, no edge CA.
+    rmSync(serverDir, { recursive: true });
+    for (const f of readdirSync(join(again, COMPOSE_FILES.pki))) if (f.startsWith('edge-')) rmSync(join(again, COMPOSE_FILES.pki, f));
+    assert.match(setup(), /already exists \(admin token, server certificate and .* ensured\)/);
+    assert.equal(readFileSync(join(again, COMPOSE_FILES.ingestHmac), 'utf8'), hmac, 'the HMAC key is kept');
+    const cert = new X509Certificate(readFileSync(join(serverDir, 'tls.crt')));
+    assert.ok(cert.checkIssued(new X509Certificate(readFileSync(join(again, COMPOSE_FILES.edgeCa)))), 'a new certificate from a new edge CA');
+    const key = realpathSync(join(serverDir, 'tls.key'));
+    if (process.getuid?.() === 0) {
+      const gid = Number(/^EDGE_GID=(\d+)$/m.exec(readFileSync(join(again, COMPOSE_FILES.env), 'utf8'))?.[1]);
+      assert.deepEqual([statSync(key).mode & 0o777, statSync(key).uid, statSync(key).gid], [0o440, 0, gid], 'readable by the containers\' group');
+      assert.deepEqual([statSync(join(again, COMPOSE_FILES.pki, 'edge-ca.key')).mode & 0o777], [0o400], 'the CA key root\'s alone');
+    } else {
+      assert.equal(statSync(key).mode & 0o777, 0o400);
+    }
+  } finally {
+    rmSync(again, { recursive: true, force: true });
   }
 });

@@ -17,15 +17,18 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync, spawn, spawnSync } from 'node:child_process';
 import { cpSync, mkdirSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
+import { connect as netConnect } from 'node:net';
 import { setTimeout as sleep } from 'node:timers/promises';
+import { connect as tlsConnect } from 'node:tls';
 import YAML from 'yaml';
 import { sentinelOptions } from '../../authz/src/common/adapters/redis.ts';
 import { loadConfig } from '../../authz/src/common/config.ts';
 import { envoyBinary } from '../../envoy/envoy-bin.ts';
-import { budgetOfBootstrap, ENVOY_POD_CPUS, envoyBudget, renderEnvoy, requiredEnvoyMemoryLimitMb } from '../../envoy/render.ts';
+import { budgetOfBootstrap, ENVOY_POD_CPUS, envoyBudget, renderEnvoy, requiredEnvoyMemoryLimitMb, SERVER_SDS_FILE } from '../../envoy/render.ts';
 import { freePort } from '../../authz/test/redis-server.ts';
 import { generateDevPki } from '../../scripts/dev/certs.ts';
+import { ensureEdgeServerCert } from '../../scripts/dev/edge-server-cert.ts';
 import { ROOT } from '../paths.ts';
 import { CONFIG_HASH_ANNOTATION, GENERATED, K8S_ENV, MOUNTS, PRODUCTION_EDGE_SOURCES, PRODUCTION_ENV, renderManifests, SECRETS, SHUTDOWN } from '../k8s/render.ts';
 import { LIVENESS_SERVICE } from '../../authz/src/authz/grpc-server.ts';
@@ -305,6 +308,16 @@ for (const name of Object.keys(KUSTOMIZATIONS)) {
     assert.ok(!(container(rs, 'envoy').volumeMounts ?? []).some((m) => m.name === sealMount.name));
     assert.equal(provides('authz', env['GEOIP_DB']!), 'geoip');
     for (const k of ['ORDER_BACKEND_CA_FILE', 'EDGE_CLIENT_CERT_FILE', 'EDGE_CLIENT_KEY_FILE']) provides('envoy', env[k]!);
+    // The client port's server certificate (production): Secret edge-server-cert, in Envoy alone.
+    assert.equal(env['EDGE_TLS_CERT_FILE'] !== undefined, name === 'production', 'the production overlay serves TLS on the client port, the base does not');
+    if (env['EDGE_TLS_CERT_FILE'] !== undefined) {
+      const tlsVolumes = ['EDGE_TLS_CERT_FILE', 'EDGE_TLS_KEY_FILE'].map((k) => provides('envoy', env[k]!));
+      const v = volumes.find((x) => x.name === tlsVolumes[0]);
+      assert.deepEqual([tlsVolumes[1], v?.secret?.secretName], [tlsVolumes[0], SECRETS.serverCert.name], 'both files from the one kubernetes.io/tls Secret');
+      assert.ok(!(container(rs, 'authz').volumeMounts ?? []).some((m) => m.name === v?.name), 'the TS service does not mount the server key');
+      // Its SDS file beside the client one: the bootstrap reads it from the ConfigMap.
+      assert.ok(SERVER_SDS_FILE in (find(rs, 'ConfigMap', 'edge-envoy')['data'] as object));
+    }
     const configFile = container(rs, 'envoy').args![container(rs, 'envoy').args!.indexOf('-c') + 1]!;
     provides('envoy', configFile);
     for (const v of volumes) if (v.secret !== undefined) assert.ok(secretKeys.has(v.secret.secretName), v.secret.secretName);
@@ -357,9 +370,12 @@ test('kubernetes – the pod\'s Envoy config is valid with the pod\'s volumes as
     writeFileSync(join(ca, 'ca.crt'), readFileSync(pki.backendCaFile));
     const files = Object.fromEntries(Object.entries(data).map(([k, v]) => [`${MOUNTS.envoyConfig}/${k}`, v]));
     const envoy = container(rs, 'envoy');
+    // The server certificate (production's Secret edge-server-cert), in the same ..data layout.
+    const server = ensureEdgeServerCert(join(root, 'edge'));
     validateEnvoyThroughMounts(files, envoy.args![envoy.args!.indexOf('-c') + 1]!, [
       [MOUNTS.clientCert, join(pki.dir, 'client')],
       [MOUNTS.backendCa, ca],
+      [MOUNTS.serverCert, dirname(server.certFile)],
     ]);
     rmSync(root, { recursive: true, force: true });
   }
@@ -400,5 +416,55 @@ test('kubernetes + compose – Envoy\'s readiness, preStop drain and health-chec
   } finally {
     proc.kill('SIGKILL');
     rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+test('kubernetes (production) – the kubelet\'s probes still work when the client port speaks TLS, and with EDGE_PROXY_PROTOCOL=required too: readiness asks Envoy\'s admin /ready on loopback, liveness is a TCP connect (real Envoy 1.40, the manifest\'s probes)', async () => {
+  const envoy = container(build('production'), 'envoy');
+  const livenessPort = (envoy.livenessProbe?.['tcpSocket'] as { port: string } | undefined)?.port;
+  assert.equal(envoy.ports?.find((p) => p.name === livenessPort)?.containerPort, Number(PRODUCTION_ENV['EDGE_PORT']), 'liveness: a TCP connect to the client port');
+  const readiness = (envoy.readinessProbe!['exec'] as { command: string[] }).command;
+  for (const proxy of ['off', 'required'] as const) {
+    const dir = tempDir('edge-k8s-probes-');
+    const pki = generateDevPki(join(dir, 'pki'));
+    const server = ensureEdgeServerCert(join(dir, 'edge'));
+    const [edgePort, adminPort] = [await freePort(), await freePort()];
+    const env = {
+      ...PRODUCTION_ENV, EDGE_PORT: String(edgePort), ENVOY_ADMIN_PORT: String(adminPort), ORDER_BACKEND_CA_FILE: pki.backendCaFile,
+      EDGE_CLIENT_CERT_FILE: pki.clientCertFile, EDGE_CLIENT_KEY_FILE: pki.clientKeyFile, EDGE_TLS_CERT_FILE: server.certFile, EDGE_TLS_KEY_FILE: server.keyFile,
+      ...(proxy === 'required' ? { EDGE_PROXY_PROTOCOL: 'required', XFF_NUM_TRUSTED_HOPS: '0' } : {}),
+    };
+    const rendered = renderEnvoy(loadConfig(env), { sdsPath: join(dir, 'sds.yaml') });
+    writeFileSync(join(dir, 'envoy.yaml'), rendered.bootstrap);
+    writeFileSync(join(dir, 'sds.yaml'), rendered.sds ?? '');
+    writeFileSync(join(dir, SERVER_SDS_FILE), rendered.serverSds ?? '');
+    const args = envoy.args!.map((a, i, all) => (all[i - 1] === '-c' ? join(dir, 'envoy.yaml') : a));
+    const proc = spawn(envoyBinary(), args, { stdio: 'ignore' });
+    const probe = (): number | null => spawnSync(readiness[0]!, readiness.slice(1), { env: { PATH: process.env['PATH'] ?? '', ENVOY_ADMIN_PORT: String(adminPort) }, stdio: 'ignore', timeout: 5000 }).status;
+    try {
+      let ready = false;
+      for (let i = 0; i < 150 && !ready; i++) {
+        ready = probe() === 0;
+        if (!ready) await sleep(100);
+      }
+      assert.ok(ready, `PROXY protocol ${proxy}: the readiness probe sees /ready LIVE (the server certificate loaded)`);
+      // The kubelet's tcpSocket check: the connection is accepted (it sends nothing, neither TLS nor a PROXY header).
+      const accepted = await new Promise<boolean>((resolve) => {
+        const s = netConnect(edgePort, '127.0.0.1', () => { s.destroy(); resolve(true); });
+        s.on('error', () => resolve(false));
+      });
+      assert.ok(accepted, `PROXY protocol ${proxy}: the liveness TCP connect is accepted`);
+      if (proxy === 'off') {
+        // And the port is TLS: a client trusting the certificate's CA completes a handshake.
+        const protocol = await new Promise<string | null>((resolve, reject) => {
+          const s = tlsConnect({ port: edgePort, host: '127.0.0.1', servername: 'localhost', ca: readFileSync(server.caFile), ALPNProtocols: ['h2'] }, () => { resolve(s.getProtocol()); s.destroy(); });
+          s.on('error', reject);
+        });
+        assert.equal(protocol, 'TLSv1.3');
+      }
+    } finally {
+      proc.kill('SIGKILL');
+      rmSync(dir, { recursive: true, force: true });
+    }
   }
 });

@@ -6,6 +6,8 @@
  *   198.51.100.128/25 → CU.
  */
 import { randomBytes } from 'node:crypto';
+import { readFileSync } from 'node:fs';
+import { getCACertificates, setDefaultCACertificates } from 'node:tls';
 import { signedIngest, demoDocument } from '../../scripts/edge-client.ts';
 import type { Stack } from './stack.ts';
 import { validateResponse } from './openapi-validate.ts';
@@ -17,6 +19,15 @@ export function allowedIp(): string {
   // A /48 of its own for each (32,768 of them in 2001:db8:8000::/33, then a new /64 in each):
   // the rate limit counts an IPv6 client per /64 and its subscriber per /48 (RATE_PREFIX_V6).
   return `2001:db8:${(0x8000 | (counter & 0x7fff)).toString(16)}:${((counter >>> 15) & 0xffff).toString(16)}::1`;
+}
+
+/**
+ * Makes this process trust `caFile` (PEM) besides the bundled CAs, for every TLS connection that
+ * names no CA of its own (`fetch`, hence request() below): a stack whose client port speaks TLS
+ * with a development certificate (compose, the pod) is then reached over https as is.
+ */
+export function trustCa(caFile: string): void {
+  setDefaultCACertificates([...getCACertificates('default'), readFileSync(caFile, 'utf8')]);
 }
 
 export const KP_IP = '198.51.100.7';

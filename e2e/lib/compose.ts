@@ -190,7 +190,10 @@ export interface ComposeProject {
   readonly name: string;
   /** The project directory: compose-setup.ts `--out` (secrets, PKI, GeoIP dir, .env). */
   readonly dir: string;
+  /** The client port, TLS (`https://127.0.0.1:<port>`; the certificate compose-setup.ts issues names that address). */
   readonly edgeUrl: string;
+  /** The CA of that certificate (deploy/.secrets/pki/edge-ca.crt under `dir`): what `curl --cacert` is given. */
+  readonly edgeCaFile: string;
   /** Envoy's ingest listener (INGEST_PORT), published on its own free port. */
   readonly ingestUrl: string;
   readonly subnet: string;
@@ -250,7 +253,8 @@ export async function composeProject(opts: ComposeProjectOptions = {}): Promise<
   const project: ComposeProject = {
     name,
     dir,
-    edgeUrl: `http://127.0.0.1:${port}`,
+    edgeUrl: `https://127.0.0.1:${port}`,
+    edgeCaFile: join(dir, COMPOSE_FILES.edgeCa),
     ingestUrl: `http://127.0.0.1:${ingestPort}`,
     get subnet() { return subnet; },
     get vars() { return vars; },
