@@ -186,6 +186,29 @@ describe('global rate limit in Check – the limiter alone', () => {
     assert.match(t, /edge_ratelimit_redis_errors_total 0\n/);
   });
 
+  test('a reply already in the socket when a stalled event loop wakes wins over the due 100-ms bound (no fail_open): the verdict is given in the check phase', async () => {
+    // Real Redis (127.0.0.1:6379, PING only): the reply arrives in ~1 ms while this process is
+    // busy for 150 ms; when the loop turns, the bound's timer is due and the reply is waiting.
+    const redis = new Redis('redis://127.0.0.1:6379', { lazyConnect: true, maxRetriesPerRequest: 0 });
+    await redis.connect();
+    try {
+      await redis.ping();
+      const metrics = metricsOf();
+      const buckets: Buckets = { take: async () => { await redis.ping(); return { allowed: true, remaining: 2, untilFullUs: 1_000_000 }; } };
+      const evaluate = withGlobalLimit(createCheckLimiter({ buckets, limits: limitsOf(1, 3), metrics, logger }), () => ALLOW);
+      const pending = evaluate(input({ headers: { 'x-edge-client-ip': '192.0.2.7' }, contextExtensions: MARK }));
+      const until = Date.now() + 150;
+      while (Date.now() < until) { /* a stall: GC, a long callback, the process descheduled */ }
+      const d = await pending;
+      assert.notEqual(d, ALLOW, 'the answer carries the bucket\'s headers: it came from Redis, not the fail-open path');
+      const t = await metrics.registry.metrics();
+      assert.match(t, /edge_ratelimit_late_total 0\n/);
+      assert.match(t, /edge_ratelimit_decisions_total\{code="ok"\} 1\n/);
+    } finally {
+      redis.disconnect();
+    }
+  });
+
   test('unmarked (a body phase, a route Envoy answers itself) or no address: `decide` directly (synchronous stays synchronous); a marked Check, a header phase included, asks first', async () => {
     let takes = 0;
     const buckets: Buckets = { take: async () => { takes++; return { allowed: true, remaining: 5, untilFullUs: 2_500_000 }; } };

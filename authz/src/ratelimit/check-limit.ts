@@ -136,12 +136,16 @@ export function createCheckLimiter(deps: CheckLimitDeps): CheckLimiter {
     if (leased !== undefined) return answered(leased);
     return new Promise<LimitVerdict>((resolve) => {
       let done = false;
-      const timer = setTimeout(() => {
+      // The verdict in the check phase, after the poll phase has read every ready socket: after
+      // an event-loop stall a reply already waiting in the socket wins over the due timer (the
+      // same rule as EdgeRedis's command deadline, authz/src/common/adapters/redis.ts).
+      const timer = setTimeout(() => setImmediate(() => {
+        if (done) return;
         done = true;
         metrics.rateLimitLate();
         metrics.rateLimit('fail_open');
         resolve(FAIL_OPEN);
-      }, timeoutMs);
+      }), timeoutMs);
       buckets.take(key.client, 1, key.prefix).then((t) => {
         if (done) return;
         done = true;
