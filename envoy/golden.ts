@@ -16,6 +16,8 @@
  *                        (Envoy's ratelimit filter; npm start then generates ratelimit-token)
  *   tls                  the same with DEV_EDGE_TLS=1 (EDGE_TLS_CERT_FILE/KEY_FILE: the development
  *                        server certificate)
+ *   tls-client-cert      the same with client certificates required (EDGE_TLS_CLIENT_AUTH=required,
+ *                        EDGE_TLS_CLIENT_CA_FILE the development client CA)
  *   proxy-protocol       the same with EDGE_PROXY_PROTOCOL=required
  *   compose              deploy/docker-compose.yml's `render` one-shot: its environment as the real
  *                        `docker-compose config` interpolates it with no variable set, its arguments
@@ -150,6 +152,10 @@ export const PROFILES: Readonly<Record<string, GoldenProfile>> = {
     render: () => renderNpmStart({ RATELIMIT_SERVICE_ADDRESS: '127.0.0.1:9191' }),
   },
   tls: { what: 'npm start with DEV_EDGE_TLS=1: TLS on the client port (EDGE_TLS_CERT_FILE, EDGE_TLS_KEY_FILE)', render: () => renderNpmStart({ DEV_EDGE_TLS: '1' }) },
+  'tls-client-cert': {
+    what: 'npm start with DEV_EDGE_TLS=1, EDGE_TLS_CLIENT_AUTH=required and EDGE_TLS_CLIENT_CA_FILE the development client CA',
+    render: () => renderNpmStart({ DEV_EDGE_TLS: '1', EDGE_TLS_CLIENT_AUTH: 'required', EDGE_TLS_CLIENT_CA_FILE: join(RUN_DIR, 'pki', 'client-ca.crt') }),
+  },
   'proxy-protocol': { what: 'npm start with EDGE_PROXY_PROTOCOL=required', render: () => renderNpmStart({ EDGE_PROXY_PROTOCOL: 'required' }) },
   compose: { what: 'deploy/docker-compose.yml\'s render one-shot, no variable set', render: renderCompose },
   'k8s-production': { what: 'the production pod: deploy/k8s/overlays/production, edge-envoy ConfigMap (deploy/k8s/render.ts)', render: renderK8sProduction },

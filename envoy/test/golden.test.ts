@@ -64,6 +64,8 @@ test('golden files – the profiles differ where their settings do (global rate 
   assert.match(bootstrap('tls'), /DownstreamTlsContext/);
   assert.ok(fresh['tls/sds-server-cert.yaml'] !== undefined);
   assert.doesNotMatch(bootstrap('npm-start'), /DownstreamTlsContext/);
+  assert.match(bootstrap('tls-client-cert'), /require_client_certificate: true/);
+  assert.doesNotMatch(bootstrap('tls'), /require_client_certificate: true/);
   assert.match(bootstrap('proxy-protocol'), /envoy\.filters\.listener\.proxy_protocol/);
   assert.doesNotMatch(bootstrap('npm-start'), /proxy_protocol/);
   const header = goldenText('tls', 'envoy.yaml', '');
