@@ -8,7 +8,7 @@
  */
 import assert from 'node:assert/strict';
 import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
 import { after, test } from 'node:test';
 import { ensureDevPki } from '../../scripts/dev/certs.ts';
 import { ensureEdgeServerCert } from '../../scripts/dev/edge-server-cert.ts';
@@ -101,15 +101,16 @@ test('golden files – every profile\'s committed files pass the real envoy --mo
   // npm start: the run directory as start.ts fills it (its own helpers), the golden files in it.
   const run = join(work.dir, 'run');
   const pki = ensureDevPki(join(run, 'pki'));
-  ensureEdgeServerCert(join(run, 'pki'));
+  const server = ensureEdgeServerCert(join(run, 'pki'));
   writeFileSync(join(run, 'ratelimit-token'), `${'ab'.repeat(32)}\n`, { mode: 0o600 });
   // The pod's backend-ca Secret volume holds ca.crt.
   const podCa = join(work.dir, 'pod-backend-ca');
   mkdirSync(podCa);
   writeFileSync(join(podCa, 'ca.crt'), readFileSync(pki.backendCaFile));
   const containers: Record<string, { dir: string; mounts: [string, string][] }> = {
-    compose: { dir: '/etc/envoy', mounts: [['/etc/edge/client', join(pki.dir, 'client')], ['/etc/edge/backend-ca.crt', pki.backendCaFile]] },
-    'k8s-production': { dir: MOUNTS.envoyConfig, mounts: [[MOUNTS.clientCert, join(pki.dir, 'client')], [MOUNTS.backendCa, podCa]] },
+    // Both serve TLS on the client port: the server certificate's directory (tls.crt, tls.key).
+    compose: { dir: '/etc/envoy', mounts: [['/etc/edge/client', join(pki.dir, 'client')], ['/etc/edge/backend-ca.crt', pki.backendCaFile], ['/etc/edge/server', dirname(server.certFile)]] },
+    'k8s-production': { dir: MOUNTS.envoyConfig, mounts: [[MOUNTS.clientCert, join(pki.dir, 'client')], [MOUNTS.backendCa, podCa], [MOUNTS.serverCert, dirname(server.certFile)]] },
   };
   for (const profile of Object.keys(PROFILES)) {
     const where = containers[profile] ?? { dir: RUN_DIR, mounts: [[RUN_DIR, run]] };
