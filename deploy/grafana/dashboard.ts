@@ -77,7 +77,7 @@ export const ROWS: readonly Row[] = [
         unit: 'reqps',
         targets: [
           { expr: rate('envoy_http_local_rate_limit_rate_limited'), legend: 'Envoy local limit' },
-          { expr: rate('edge_authz_decisions_total{code="too many requests"}'), legend: 'authz (global limit in Check, pending bodies)' },
+          { expr: rate('edge_authz_decisions_total{code="too many requests"}'), legend: 'authz (global limit, pending bodies)' },
           { expr: rate('edge_ratelimit_decisions_total{code="over_limit"}'), legend: 'RateLimitService over_limit' },
         ],
       },
