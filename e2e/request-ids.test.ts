@@ -12,6 +12,8 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { geoFixtures } from '../authz/test/geo-fixtures.ts';
 import { startStack, type Stack } from './lib/driver.ts';
 import { allowedIp, errorCode, KP_IP, request, signed, type Reply } from './lib/client.ts';
+import { isoSeconds } from '../authz/src/authz/decision-log.ts';
+import { geoipBuildEpochSecs } from '../authz/src/common/geoip-default.ts';
 
 const ENV = { XFF_NUM_TRUSTED_HOPS: '1', BLOCKED_COUNTRIES: 'KP', RPS_PER_IP: '1', RATE_BURST: '3', ORDER_MAX_BYTES: '4096', ORDER_PAYLOAD_MAX_BYTES: '1024' };
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
@@ -143,6 +145,20 @@ describe('the decision behind an id', () => {
     // Envoy's access log line for the same request: the same id, and the address for whoever may see it.
     const [access] = await linesFor(blockedId, (l) => l['status'] === 451 && 'request_id' in l, 15_000);
     assert.equal(access?.['request_id'], blockedId);
+  });
+
+  test('the line names what decided it: the GeoIP database\'s build time, the policy version (null), the trace id of the client\'s traceparent', async () => {
+    const trace = '0af7651916cd43dd8448eb211c80319c';
+    // Two blocked (KP) addresses of their own: RPS_PER_IP=1 with a burst of 3 here.
+    const traced = await request(stack, 'GET', '/v1/markets', { ip: '198.51.100.21', headers: { traceparent: `00-${trace}-b7ad6b7169203331-01` } });
+    const untraced = await request(stack, 'GET', '/v1/markets', { ip: '198.51.100.22', headers: { traceparent: `00-${trace}-b7ad6b7169203331` } });
+    const [line] = await linesFor(idOf(traced, 451, 'restricted_jurisdiction'), (l) => l['msg'] === 'decision');
+    const [bad] = await linesFor(idOf(untraced, 451, 'restricted_jurisdiction'), (l) => l['msg'] === 'decision');
+    const built = isoSeconds(geoipBuildEpochSecs(geoFixtures().geoip2));
+    assert.match(String(built), /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$/);
+    assert.deepEqual([line?.['geoipBuilt'], line?.['policyVersion'], line?.['traceId']], [built, null, trace]);
+    assert.deepEqual([bad?.['geoipBuilt'], bad?.['traceId']], [built, null], 'a malformed traceparent: no trace id');
+    assert.ok(!JSON.stringify([line, bad]).includes('b7ad6b7169203331'), 'the parent span id is not logged');
   });
 
   test('LOG_DECISIONS=denials (the default): an allowed request gets no decision line', async () => {

@@ -9,6 +9,8 @@
  *                         interpolated, merge keys applied, relative paths resolved (Debian
  *                         docker-compose 1.29; needs no engine)
  *   promtool              `check rules` / `test rules` (Debian prometheus)
+ *   prometheus            the server, scraping a real stack to evaluate the dashboard's queries
+ *                         (e2e/dashboard.test.ts; Debian prometheus)
  *
  * A missing tool is an error that says how to install it: a check never skips.
  */
@@ -26,6 +28,7 @@ export const TOOLS = {
   kubernetesValidate: { bin: join(ROOT, '.venv/bin/kubernetes-validate'), install: 'run `bash scripts/setup.sh` (installs PyPI kubernetes-validate into .venv)' },
   dockerCompose: { bin: 'docker-compose', install: 'install it: `apt-get install docker-compose` (Debian docker-compose 1.29; `config` needs no Docker engine)' },
   promtool: { bin: 'promtool', install: 'install it: `apt-get install prometheus` (Debian ships promtool in the prometheus package)' },
+  prometheus: { bin: 'prometheus', install: 'install it: `apt-get install prometheus`' },
 } as const satisfies Record<string, Tool>;
 
 export interface ToolRun { readonly status: number; readonly stdout: string; readonly stderr: string }

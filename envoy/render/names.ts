@@ -13,7 +13,7 @@ export const CLIENT_IP_HEADER = HEADER.clientIp;
 export const CLIENT_PORT_HEADER = HEADER.clientPort;
 
 /** Request headers the authz service reads (authz/src/authz/codec/request.ts), plus content-type. */
-export const AUTHZ_HEADERS = [HEADER.clientIp, HEADER.timestamp, HEADER.nonce, HEADER.signature, HEADER.requestId, 'content-type', HEADER.clientCertSha256] as const;
+export const AUTHZ_HEADERS = [HEADER.clientIp, HEADER.timestamp, HEADER.nonce, HEADER.signature, HEADER.requestId, 'content-type', HEADER.clientCertSha256, HEADER.traceparent] as const;
 
 export const INGEST_PATH = PATHS.ingest;
 export const ORDERS_PATH = PATHS.orders;

@@ -8,7 +8,7 @@ import { geoDenial } from './decision.ts';
 import type { AuthzInput } from './codec/request.ts';
 import { createGrpcServer, type AuthzGrpcServer } from './grpc-server.ts';
 import type { Logger } from '../common/log.ts';
-import { decisionLine, DECISION_MSG, shouldLogDecision } from './decision-log.ts';
+import { decisionLine, DECISION_MSG, isoSeconds, shouldLogDecision, type DecisionContext } from './decision-log.ts';
 import { ReplicaWaitError } from '../common/adapters/replica-wait.ts';
 import type { AuthzMetrics } from '../common/metrics.ts';
 import { evaluate, routeLabel, type PipelineDeps } from './pipeline.ts';
@@ -46,6 +46,11 @@ export interface AuthzCoreDeps {
    * limiter): asked first by the Checks Envoy marks (AuthzInput.globalLimit), before any stage.
    */
   readonly globalLimit?: CheckLimiter;
+  /**
+   * The geo policy's version for the decision log (`policyVersion`); null/absent until the
+   * service loads a versioned policy file.
+   */
+  readonly policyVersion?: () => string | null;
 }
 
 export interface AuthzCore {
@@ -120,6 +125,19 @@ export function createAuthzCore(deps: AuthzCoreDeps): AuthzCore {
     ...shadowHooks(config, metrics, logger),
   };
 
+  // What each decision line names it was made with: GEOIP_DB's build time (re-read per line, so a
+  // reload shows at once; formatted once per database) and the policy version.
+  let builtEpoch: number | undefined;
+  let builtIso: string | null = null;
+  const decisionContext = (): DecisionContext => {
+    const epoch = deps.geo.buildEpochSecs;
+    if (epoch !== builtEpoch) {
+      builtEpoch = epoch;
+      builtIso = isoSeconds(epoch);
+    }
+    return { geoipBuilt: builtIso, policyVersion: deps.policyVersion?.() ?? null };
+  };
+
   const decide = (input: AuthzInput): Decision | Promise<Decision> => {
     lastGeo = undefined;
     const result = evaluate(input, pipeline);
@@ -134,7 +152,7 @@ export function createAuthzCore(deps: AuthzCoreDeps): AuthzCore {
       const seconds = Number(process.hrtime.bigint() - startNs) / 1e9;
       metrics.decision(route, d, seconds);
       // The decision log (LOG_DECISIONS; docs/operations.md "Decision log"): one info line per decision.
-      if (shouldLogDecision(logDecisions, d)) logger.info(decisionLine(input, d, route, seconds), DECISION_MSG);
+      if (shouldLogDecision(logDecisions, d)) logger.info(decisionLine(input, d, route, seconds, decisionContext()), DECISION_MSG);
     },
     onError: (where, err) => logger.error({ where, err: String(err) }, 'unexpected error: failed closed'),
     maxBodyBytes: Math.max(config.orderMaxBytes, config.ingestMaxBytes),

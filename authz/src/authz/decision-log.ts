@@ -9,6 +9,11 @@
  * it, for whoever may see it); the country and tier the geo stage decided; for an ingest the
  * 12-hex `nonceTag`, never the nonce, signature, timestamp, body or any key; never an order's
  * payload.
+ *
+ * And what the decision was made with: the GeoIP database's build time (`geoipBuilt`), the geo
+ * policy's version (`policyVersion`: null until a policy file names one — the hook is
+ * DecisionContext.policyVersion) and the W3C trace id of the request (`traceId`, from a well-formed
+ * `traceparent` header only; the parent span id and flags are not logged).
  */
 import type { LogDecisions } from '../common/config.ts';
 import { nonceTag } from '../common/log.ts';
@@ -52,8 +57,44 @@ export interface DecisionLine {
   readonly shadow?: string;
   /** Check received → decided, in milliseconds (µs precision). */
   readonly latencyMs: number;
+  /** The loaded GEOIP_DB's build time (its metadata's build_epoch, ISO 8601 UTC); null when unknown. */
+  readonly geoipBuilt: string | null;
+  /** The geo policy's version; null until the service loads a versioned policy. */
+  readonly policyVersion: string | null;
+  /** The 32-hex trace id of a well-formed W3C `traceparent` request header; null without one. */
+  readonly traceId: string | null;
   /** Ingest only: the first 12 hex characters of the nonce's SHA-256. */
   readonly nonceTag?: string;
+}
+
+/** What the decisions are being made with, read when a line is written (core.ts). */
+export interface DecisionContext {
+  readonly geoipBuilt: string | null;
+  readonly policyVersion: string | null;
+}
+export const NO_DECISION_CONTEXT: DecisionContext = { geoipBuilt: null, policyVersion: null };
+
+/** Unix seconds → `2026-06-17T08:00:00Z`; null when not a usable time. */
+export function isoSeconds(epochSecs: number | undefined): string | null {
+  if (epochSecs === undefined || !Number.isFinite(epochSecs) || epochSecs <= 0) return null;
+  return new Date(Math.floor(epochSecs) * 1000).toISOString().replace('.000Z', 'Z');
+}
+
+const TRACEPARENT = /^([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})(-.*)?$/;
+/**
+ * The trace id of a W3C Trace Context `traceparent` value, only when it is well-formed: version
+ * `00` exactly 55 characters, a later version (not `ff`) at least that and a `-` after the flags;
+ * lower-case hex; neither the trace id nor the parent id all zeros. Anything else: null (a
+ * malformed header is not logged at all, so nothing a client sends reaches the line unchecked).
+ */
+export function traceIdOf(traceparent: string | undefined): string | null {
+  if (traceparent === undefined || traceparent.length < 55 || traceparent.length > 512) return null;
+  const m = TRACEPARENT.exec(traceparent);
+  if (m === null) return null;
+  const [, version, traceId, parentId, , rest] = m;
+  if (version === 'ff' || (version === '00' && rest !== undefined)) return null;
+  if (/^0+$/.test(traceId!) || /^0+$/.test(parentId!)) return null;
+  return traceId!;
 }
 
 /** Whether a decision gets a line under LOG_DECISIONS (cheap: no allocation on the allow path). */
@@ -68,7 +109,7 @@ function clientClass(input: AuthzInput): ClientClass {
 }
 
 /** The line for one decision (built only when it is written; optional keys come last). */
-export function decisionLine(input: AuthzInput, d: Decision, route: RouteLabel, seconds: number): DecisionLine {
+export function decisionLine(input: AuthzInput, d: Decision, route: RouteLabel, seconds: number, context: DecisionContext = NO_DECISION_CONTEXT): DecisionLine {
   const geo = input.geo;
   const line: { -readonly [K in keyof DecisionLine]: DecisionLine[K] } = {
     requestId: input.requestId === undefined || input.requestId === '' ? null : input.requestId,
@@ -82,6 +123,9 @@ export function decisionLine(input: AuthzInput, d: Decision, route: RouteLabel, 
     tier: geo === undefined ? null : geo.access,
     geo: geo === undefined ? null : geo.verdict,
     latencyMs: Math.round(seconds * 1e6) / 1e3,
+    geoipBuilt: context.geoipBuilt,
+    policyVersion: context.policyVersion,
+    traceId: traceIdOf(input.traceparent),
   };
   if (!d.allow) line.reason = d.reason;
   if (line.client === 'ipv6') {

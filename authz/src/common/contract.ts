@@ -74,6 +74,11 @@ export const HEADER = {
   nonce: 'x-edge-nonce',
   signature: 'x-edge-signature',
   requestId: 'x-request-id',
+  /**
+   * W3C Trace Context (`00-<trace-id>-<parent-id>-<flags>`): sent to authz so the decision log
+   * names the trace (authz/decision-log.ts traceIdOf); forwarded upstream as the client sent it.
+   */
+  traceparent: 'traceparent',
   /** To the order backend, from the accepted order's envelope. */
   marketId: 'x-edge-market-id',
   deadline: 'x-edge-deadline',

@@ -20,6 +20,8 @@ export interface GeoRecord {
 /** Looks up an address in the current GeoIP database. `null` = no record for it. */
 export interface GeoLookup {
   lookup(ip: string): GeoRecord | null;
+  /** Unix seconds the loaded database was built (its metadata), for the decision log; absent in test doubles. */
+  readonly buildEpochSecs?: number;
 }
 
 /**

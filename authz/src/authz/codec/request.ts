@@ -34,6 +34,8 @@ export interface AuthzInput {
   nonce: string | undefined;
   signature: string | undefined;
   requestId: string | undefined;
+  /** The `traceparent` header as sent (for the decision log's traceId only; never trusted for anything). */
+  traceparent?: string;
   /** Raw body bytes (`raw_body`, pack_as_bytes) or, failing that, the UTF-8 `body` string's bytes. */
   body: Buffer | undefined;
   /**
@@ -74,7 +76,7 @@ export interface AuthzInput {
 /** The header Envoy's ext_authz adds to a Check that carries a body: `true` when the body was cut at max_request_bytes. */
 export const PARTIAL_BODY_HEADER = 'x-envoy-auth-partial-body';
 
-const WANTED = new Set<string>([HEADER.clientIp, HEADER.timestamp, HEADER.nonce, HEADER.signature, HEADER.requestId, PARTIAL_BODY_HEADER]);
+const WANTED = new Set<string>([HEADER.clientIp, HEADER.timestamp, HEADER.nonce, HEADER.signature, HEADER.requestId, HEADER.traceparent, PARTIAL_BODY_HEADER]);
 
 interface Scratch {
   sourceAddress: string;
@@ -89,6 +91,7 @@ function setHeader(input: AuthzInput, s: Scratch, key: string, value: string): v
     case HEADER.nonce: input.nonce = value; break;
     case HEADER.signature: input.signature = value; break;
     case HEADER.requestId: input.requestId = value; break;
+    case HEADER.traceparent: input.traceparent = value; break;
     case PARTIAL_BODY_HEADER: if (value === 'true') input.partialBody = true; break;
   }
 }
