@@ -1,5 +1,5 @@
 /**
- * Decision ids end to end (issue 18 point 4, CONTRACT §2): through real Envoy 1.40 and the real
+ * Decision ids end to end (issue 18 point 4): through real Envoy 1.40 and the real
  * TS service, every error body carries `requestId` equal to the `x-request-id` header of the same
  * answer, whoever wrote it (the authz service, an Envoy local reply, the market service); the
  * decision behind a denial is one log line found by that id, holding no secret; Envoy's access

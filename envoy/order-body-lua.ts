@@ -5,7 +5,7 @@
  * text between the JSON string's quotes), or, when that string has escapes, hands over the text
  * itself; the script decodes it and replaces the buffered JSON envelope with exactly those bytes
  * (`setBytes` also sets `content-length`). By position, a 43 KB payload does not cross back to
- * Envoy in the Check's answer (docs/benchmarks.md "Costly requests"). The CONTRACT §5
+ * Envoy in the Check's answer (docs/benchmarks.md "Costly requests"). The docs/api.md "POST /v1/orders"
  * headers (x-edge-market-id, x-edge-deadline, x-edge-size, content-type) come from the same
  * ext_authz response.
  *
@@ -50,7 +50,7 @@ function luaLongString(s: string): string {
 /**
  * The script. `namespace` is the ext_authz filter's name (Envoy stores CheckResponse.dynamic_metadata
  * under it), `metadataKey` the field that holds the payload's text, `positionKey` the field that
- * says where it lies in the body instead, `failurePrefix` the CONTRACT JSON for a 503 up to its
+ * says where it lies in the body instead, `failurePrefix` the API's error JSON for a 503 up to its
  * request id (the script appends `,"requestId":<x-request-id or null>}`).
  */
 export function orderBodyLua(namespace: string, metadataKey: string, positionKey: string, failurePrefix: string): string {

@@ -1,5 +1,5 @@
 /**
- * Jurisdiction tiers (docs/api.md "Jurisdiction tiers", CONTRACT §6): block / close-only / full per
+ * Jurisdiction tiers (docs/api.md "Jurisdiction tiers"): block / close-only / full per
  * country and per region, a region rule overriding its country's in both directions; trusted and
  * unknown addresses; the settings; the order allow's x-edge-access / x-edge-jurisdiction (on the
  * wire, over a real gRPC socket); the geoblock route (pipeline and market service).

@@ -72,7 +72,7 @@ export function uniqueId(prefix: string): string {
 }
 
 /**
- * Asserts the API error shape (CONTRACT §2: error, message, field?, requestId, in this order;
+ * Asserts the API error shape (docs/api.md "Errors": error, message, field?, requestId, in this order;
  * requestId is the x-request-id header of the same answer, null only when it has none) and
  * returns the code.
  */

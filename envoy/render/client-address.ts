@@ -85,7 +85,7 @@ export function xffMessage(hops: number): string {
 }
 
 /**
- * The client address a malformed X-Forwarded-For cannot fake (CONTRACT §6). With
+ * The client address a malformed X-Forwarded-For cannot fake (docs/api.md "Client address, geo and rate limit"). With
  * XFF_NUM_TRUSTED_HOPS = N ≥ 1, Envoy takes the N-th entry from the right; when that entry is
  * missing or not a bare IP address (`1.2.3.4:80`, `[::1]`, `unknown`, empty, a trailing comma) it
  * silently falls back to the TCP peer: the proxy, which may be in GEO_TRUSTED_CIDRS and whose one

@@ -72,7 +72,7 @@ export function httpConnectionManager(config: Config, opts: RenderOptions, name:
         domains: ['*'],
         routes: routes(config, name),
         // Upstreams see the edge's view of the client only: one X-Forwarded-For entry, the address
-        // geo and the rate limit used (CONTRACT §5); no client-chosen entries.
+        // geo and the rate limit used (docs/api.md "POST /v1/orders"); no client-chosen entries.
         request_headers_to_add: [overwriteHeader('x-forwarded-for', `%REQ(${CLIENT_IP_HEADER})%`)],
         request_headers_to_remove: [CLIENT_PORT_HEADER],
       }],

@@ -1,5 +1,5 @@
 /**
- * local_reply_config (CONTRACT §2: every Envoy-generated error is JSON).
+ * local_reply_config (docs/api.md "Errors": every Envoy-generated error is JSON).
  */
 import type { Config } from '../../authz/src/common/config.ts';
 import { BAD_REQUEST_MESSAGE_BY_STATUS, ERROR_MESSAGE, ERROR_STATUS, type ErrorCode } from '../../authz/src/common/errors.ts';
@@ -21,7 +21,7 @@ const PASS_THROUGH_JSON = "('content-type' in response.headers && response.heade
 export const UPSTREAM_TIMEOUT_MESSAGE = 'upstream service did not answer in time; the outcome is unknown';
 
 /**
- * Envoy's own 4xx replies about the request itself have no row in the CONTRACT table; they
+ * Envoy's own 4xx replies about the request itself have no row in docs/api.md's error table; they
  * get the code `bad_request` (status unchanged) with these messages, default last.
  */
 export const BAD_REQUEST_CODE = 'bad_request';
@@ -49,7 +49,7 @@ function literal(text: string): string {
 export const REQUEST_ID_FORMAT = '%REQ(X-REQUEST-ID)%';
 
 /**
- * A JSON local-reply body in the CONTRACT shape: error, message, requestId (json_format writes
+ * A JSON local-reply body in the API's error shape: error, message, requestId (json_format writes
  * the keys in this order).
  */
 function jsonBody(code: string, message: string): JsonObject {
@@ -80,7 +80,7 @@ function flagsOnCluster(flags: readonly string[], cluster: ClusterName): JsonObj
 /**
  * local_reply_config. First match wins, so the order is the contract:
  *  1. ext_authz denials, and any reply that already is JSON (the order-body filter's 503),
- *     pass through byte-identical: the TS service already wrote CONTRACT JSON, 451 included.
+ *     pass through byte-identical: the TS service already wrote the API's error JSON, 451 included.
  *  2. UAEX that is not a denial = authz unreachable/timed out → 503 service_unavailable.
  *  3. Envoy's 501 for a request it cannot parse (unsupported transfer-encoding) → 400
  *     `bad_request`: the client's input, not a dependency, is at fault.

@@ -14,7 +14,7 @@ const PERCENT_100 = { numerator: 100, denominator: 'HUNDRED' } as const;
  * Per-client-address descriptors. The client is the address header_mutation (before the
  * limiters) wrote into x-edge-client-ip, where an IPv4-mapped address (`::ffff:a.b.c.d`, as some
  * dual-stack proxies write IPv4 clients in X-Forwarded-For) is already its IPv4: both forms draw
- * from one bucket (CONTRACT §6). An IPv6 client is its /64: one end site holds at least that many
+ * from one bucket (docs/api.md "Client address, geo and rate limit"). An IPv6 client is its /64: one end site holds at least that many
  * addresses and could otherwise take a fresh bucket per request. Envoy cannot mask a header, so
  * two descriptors split the two families: IPv4 keyed on the header, IPv6 on the masked address.
  * Exactly one of the two produces a descriptor for a request (expect_match false/true).

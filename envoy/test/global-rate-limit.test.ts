@@ -307,7 +307,7 @@ describe('live Envoy 1.40: the global rate limit', { skip: envoyAvailable ? fals
     const before = await rateLimited();
     const globalStage = await request(b.edgePort, 'GET', '/healthz', me);
     assert.equal(await rateLimited(), before + 1, 'B\'s own bucket was full: the global stage refused it');
-    // The body names each answer's own x-request-id (CONTRACT §2); apart from it they are the same bytes.
+    // The body names each answer's own x-request-id (docs/api.md "Errors"); apart from it they are the same bytes.
     const view = (r: typeof localStage): unknown => [r.status, r.body.replace(String(r.headers['x-request-id']), '<id>'), r.headers['content-type'],
       r.headers['x-ratelimit-limit'], r.headers['x-ratelimit-remaining'], r.headers['x-ratelimit-reset'], r.headers['x-envoy-ratelimited'], r.headers['retry-after']];
     assert.deepEqual(view(globalStage), view(localStage));

@@ -10,7 +10,7 @@
  * - Two buckets for an IPv6 client: its /64's and its prefix's (RATE_PREFIX_V6), taken together,
  *   both or neither (bucket.ts); an IPv4 client has its own only.
  * - Over the limit: 429 `too many requests` with exactly the body Envoy's local reply writes for
- *   a 429 (json_format: the CONTRACT JSON and a newline), whichever bucket refused, and the
+ *   a 429 (json_format: the API's error JSON and a newline), whichever bucket refused, and the
  *   x-ratelimit-* headers of the refusing bucket, as the ratelimit filter's 429 carried them.
  * - Allowed: the x-ratelimit-* headers of the tighter bucket (fewer whole tokens left; limit =
  *   RATE_BURST or PREFIX_BURST, whole tokens left, seconds to the next token), added by Envoy to
