@@ -80,7 +80,7 @@ describe('global rate limit in Check – on the real core and a private redis-se
     const overBefore = await metric(text(), 'edge_ratelimit_decisions_total{code="over_limit"}');
     const r = await fx.check(read(me));
     assert.equal(r.status, 429);
-    assert.equal(r.raw.denied_response?.body, BODY_429, 'the json_format local reply: the API's error JSON, requestId, a newline');
+    assert.equal(r.raw.denied_response?.body, BODY_429, 'the json_format local reply: the API error JSON, requestId, a newline');
     // Retry-After (issue 31): the seconds until the refusing bucket has a token, x-ratelimit-reset's value.
     assert.deepEqual(pairs(r.raw.denied_response?.headers), [['content-type', 'application/json'], ['x-ratelimit-limit', '3'], ['x-ratelimit-remaining', '0'], ['x-ratelimit-reset', '1'], ['retry-after', '1']]);
     assert.equal(await metric(text(), 'edge_ratelimit_decisions_total{code="over_limit"}'), overBefore + 1);

@@ -127,8 +127,10 @@ describe('ReplicaWait on a Redis without replicas', () => {
       assert.ok(r.reason instanceof ReplicaWaitError, String(r.reason));
       assert.match(String(r.reason), /0 of 1 replica\(s\) confirmed within 100 ms/);
     }
-    // Two WAITs, each ending on Redis's clock tick (hz 10: up to 100 ms past its timeout).
-    assert.ok(took < 2 * (WAIT_MS + 100) + 150, `${took} ms`);
+    // Two WAITs, each ending on Redis's clock tick (hz 10: up to 100 ms past its timeout): ~400 ms,
+    // 674 ms seen at load 11. The bound only has to tell shared waits from one wait per nonce
+    // (100 × 100 ms = 10 s); the WAIT count below is the exact check.
+    assert.ok(took < 2000, `${took} ms`);
     assert.ok(replicas.barriers - before <= 2, `${replicas.barriers - before} WAITs`);
     // Refused, yet on the master (docs/api.md: a nonce in flight may be recorded after a 503).
     assert.equal(await direct.exists(NONCE_PREFIX + ns[0]), 1);
