@@ -50,6 +50,8 @@ export interface DecisionLine {
    * `blocked`), whether or not it agrees with `tier`; absent without one, or where geo did not run.
    */
   readonly shadow?: string;
+  /** The version of the geo policy in force for this Check (GEO_POLICY_FILE's `version`, or `env-…`). */
+  readonly policy?: string;
   /** Check received → decided, in milliseconds (µs precision). */
   readonly latencyMs: number;
   /** Ingest only: the first 12 hex characters of the nonce's SHA-256. */
@@ -84,6 +86,7 @@ export function decisionLine(input: AuthzInput, d: Decision, route: RouteLabel, 
     latencyMs: Math.round(seconds * 1e6) / 1e3,
   };
   if (!d.allow) line.reason = d.reason;
+  if (input.policy !== undefined) line.policy = input.policy;
   if (line.client === 'ipv6') {
     const e = embeddedIpv4(normalizeIp(input.clientIp));
     if (e !== undefined) line.embedded = e.form;
