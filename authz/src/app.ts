@@ -66,8 +66,8 @@ export async function createApp(config: Config, logger: Logger, hooks: { onSeale
   // The geo policy: GEO_POLICY_FILE, read and validated now (a bad file ends start-up with one
   // line), else the settings. The databases' region check asks the policy in force when it runs.
   const first = initialPolicy(config);
-  let policy: LiveGeoPolicy | undefined;
-  const regionRule = (): string | undefined => (config.geoPolicyFile === undefined ? regionRuleOf(config) : (policy?.current.regionRule ?? policyRegionRule(first.doc)));
+  const live: { policy?: LiveGeoPolicy } = {};
+  const regionRule = (): string | undefined => (config.geoPolicyFile === undefined ? regionRuleOf(config) : (live.policy?.current.regionRule ?? policyRegionRule(first.doc)));
   let geoReady = false;
   // Metrics first (the GeoIP reload callback counts into them); the age gauge reads geo lazily.
   let geo: GeoDatabase | undefined = undefined;
@@ -115,7 +115,8 @@ export async function createApp(config: Config, logger: Logger, hooks: { onSeale
   // Compiled once per version; with GEO_POLICY_FILE polled and swapped live (authz/geo-policy.ts).
   // regionUnknownTiers: what a record without subdivision gets in each country that has a region
   // rule (GEO_REGION_UNKNOWN; counted as the unknown_region verdict).
-  policy = new LiveGeoPolicy({ config, geo, geoSecondary, anonymizer, metrics, logger }, first);
+  const policy = new LiveGeoPolicy({ config, geo, geoSecondary, anonymizer, metrics, logger }, first);
+  live.policy = policy;
   policy.watch();
   logger.info(policy.describe(), config.geoPolicyFile === undefined ? 'geo policy in force (from the settings)' : 'geo policy in force (GEO_POLICY_FILE, watched)');
 
@@ -156,7 +157,6 @@ export async function createApp(config: Config, logger: Logger, hooks: { onSeale
   // One seal state for both services: the moment it is set, Checks and market answers are `sealed`.
   const sealState = createSealState();
   if (marker !== undefined) sealState.set();
-  const livePolicy = policy;
   const core = createAuthzCore({
     config, credentials, geo, geoSecondary, nonces, markets: store, clock: systemClock, logger, metrics, sealState, policy,
     ...(anonymizer === undefined ? {} : { anonymizer }),
@@ -178,7 +178,7 @@ export async function createApp(config: Config, logger: Logger, hooks: { onSeale
     isSealed: () => sealState.refuses(),
     // GET /v1/geoblock: the authz classifier's answer (same settings, same GeoDatabase object),
     // and "blocked" for an address the anonymizer rule refuses orders (what a trader asks).
-    geoblock: (ip) => livePolicy.current.geoblock(ip),
+    geoblock: (ip) => policy.current.geoblock(ip),
     host: config.marketBindAddress,
     port: config.marketPort,
     ...(config.marketSocket === undefined ? {} : { socket: config.marketSocket, tcp: config.marketTcp }),
@@ -235,7 +235,7 @@ export async function createApp(config: Config, logger: Logger, hooks: { onSeale
       for (const [, path] of socketSettings(config)) removeOwnSocket(path);
       await store.close();
       for (const fn of stops) await fn();
-      livePolicy.close();
+      policy.close();
       geo?.close();
       geoSecondary?.close();
       anonymizer?.close();
