@@ -12,6 +12,7 @@ import { join } from 'node:path';
 import { Writable } from 'node:stream';
 import { fileURLToPath } from 'node:url';
 import { GeoDatabase } from '../src/common/adapters/geoip.ts';
+import { checkDatabases } from '../src/common/adapters/databases.ts';
 import { ConfigError, loadConfig } from '../src/common/config.ts';
 import { createLogger } from '../src/common/log.ts';
 import { createMetrics } from '../src/common/metrics.ts';
@@ -178,5 +179,14 @@ describe('the policy in force, swapped live', () => {
     assert.throws(() => new GeoDatabase(fx.country, { regionRule: () => 'blocked_regions=CA-ON' }), /GEOIP_DB: expected a database with ISO 3166-2 subdivisions for blocked_regions=CA-ON/);
     const { policy } = live('version: v1\nblocked_regions: [CA-ON]\n');
     assert.deepEqual([policy.current.regionRule, policy.current.classify(CA_ON).access], ['blocked_regions=CA-ON', 'blocked']);
+  });
+
+  test('npm start\'s database check reads the policy file: its region rules with a Country database refused before anything starts', () => {
+    const { path } = live(V1);
+    writeFileSync(path, 'version: v1\nblocked_regions: [US-NV]\n');
+    assert.throws(() => checkDatabases(loadConfig({ GEO_POLICY_FILE: path, GEOIP_DB: fx.country })), (e: unknown) => e instanceof ConfigError && e.variable === 'GEOIP_DB' && /blocked_regions=US-NV/.test(e.message));
+    assert.doesNotThrow(() => checkDatabases(loadConfig({ GEO_POLICY_FILE: path, GEOIP_DB: fx.geoip2 })));
+    writeFileSync(path, 'version: v1\nblocked_regions: [Nevada]\n');
+    assert.throws(() => checkDatabases(loadConfig({ GEO_POLICY_FILE: path, GEOIP_DB: fx.geoip2 })), PolicyRefused);
   });
 });

@@ -11,15 +11,15 @@
  * refusal keeps the old policy, is counted in edge_geo_policy_reloads_total{result="refused"}
  * and logged once with its reason. Each worker process polls on its own.
  */
-import { readFileSync, statSync, type Stats } from 'node:fs';
-import { Counter, Gauge, type Registry } from 'prom-client';
+import { statSync, type Stats } from 'node:fs';
 import type { Config } from '../common/config.ts';
 import type { Logger } from '../common/log.ts';
 import type { AuthzMetrics } from '../common/metrics.ts';
 import type { AnonymizerLookup, GeoLookup } from '../common/ports.ts';
 import { sameFile } from '../common/adapters/mmdb-file.ts';
+import { policyMetrics } from '../common/geo-policy-metrics.ts';
 import { flagBits } from '../common/adapters/anonymizer.ts';
-import { parsePolicy, policyRegionRule, POLICY_MAX_BYTES, PolicyRefused, settingsPolicy, type ParseContext, type PolicyDocument } from '../common/geo-policy-file.ts';
+import { parseContext, policyRegionRule, PolicyRefused, readPolicyFile, settingsPolicy, type PolicyDocument } from '../common/geo-policy-file.ts';
 import { createGeoClassifier, regionUnknownTiers, type GeoResult } from './stages/geo.ts';
 import { createAnonymizerCheck, withAnonymizer, type AnonymizerCheck } from './stages/anonymizer.ts';
 import { secondaryGeo } from './geo-secondary.ts';
@@ -54,26 +54,6 @@ export interface LivePolicyDeps {
   readonly logger: Logger;
 }
 
-/** The policy metrics, registered once per registry (the core and the app may both ask). */
-function policyMetrics(registry: Registry): { info: Gauge<'version'>; reloads: Counter<'result'> } {
-  const info = (registry.getSingleMetric('edge_geo_policy_info') as Gauge<'version'> | undefined) ?? new Gauge({
-    name: 'edge_geo_policy_info',
-    help: 'The geo policy in force: 1 for its version (GEO_POLICY_FILE version, or env-<hash> for the settings)',
-    labelNames: ['version'] as const,
-    aggregator: 'max',
-    registers: [registry],
-  });
-  const reloads = (registry.getSingleMetric('edge_geo_policy_reloads_total') as Counter<'result'> | undefined) ?? new Counter({
-    name: 'edge_geo_policy_reloads_total',
-    help: 'GEO_POLICY_FILE replacements by result: ok (in force) or refused (the previous policy kept)',
-    labelNames: ['result'] as const,
-    registers: [registry],
-  });
-  reloads.labels('ok').inc(0);
-  reloads.labels('refused').inc(0);
-  return { info, reloads };
-}
-
 /** Compiles one document against the databases: the classifiers and the anonymizer check. */
 export function compilePolicy(doc: PolicyDocument, deps: LivePolicyDeps): CompiledPolicy {
   const { config } = deps;
@@ -91,30 +71,6 @@ export function compilePolicy(doc: PolicyDocument, deps: LivePolicyDeps): Compil
     anonymizerBlocks,
     regionRule: policyRegionRule(doc),
   });
-}
-
-/** The parse context of a configuration: whether ANONYMIZER_DB is set, and the anonymizer defaults. */
-export function parseContext(config: Config): ParseContext {
-  return {
-    anonymizerDb: config.anonymizer !== undefined,
-    anonymizerDefaults: config.anonymizer ?? { flags: [], actions: { order: 'block', ingest: 'block', read: 'allow', geoblock: 'allow' } },
-  };
-}
-
-/** Reads and validates GEO_POLICY_FILE now (start-up); throws PolicyRefused (one line) or the read error as one. */
-export function readPolicyFile(path: string, ctx: ParseContext): { doc: PolicyDocument; stat: Stats } {
-  let stat: Stats;
-  let text: string;
-  try {
-    // stat before read: a file replaced in between is seen as newer by the next poll.
-    stat = statSync(path);
-    if (stat.size > POLICY_MAX_BYTES) throw new PolicyRefused(path, '(file)', `at most ${POLICY_MAX_BYTES} bytes`, stat.size);
-    text = readFileSync(path, 'utf8');
-  } catch (err) {
-    if (err instanceof PolicyRefused) throw err;
-    throw new PolicyRefused(path, '(file)', 'a readable file', err instanceof Error ? err.message : String(err));
-  }
-  return { doc: parsePolicy(text, path, ctx), stat };
 }
 
 /** The first policy: GEO_POLICY_FILE's (checked now; a bad one ends start-up), else the settings'. */
@@ -161,7 +117,8 @@ export class LiveGeoPolicy {
     return {
       version: d.version, source: d.source, blockedCountries: d.tiers.blockedCountries.size, blockedRegions: d.tiers.blockedRegions.size,
       closeOnlyCountries: d.tiers.closeOnlyCountries.size, closeOnlyRegions: d.tiers.closeOnlyRegions.size, shadow: d.shadow !== undefined,
-      ...(Object.keys(tiers).length === 0 ? {} : { regionUnknownTiers: tiers }),
+      ...(Object.keys(tiers).length === 0 ? {} : { geoRegionUnknown: d.tiers.geoRegionUnknown, regionUnknownTiers: tiers }),
+      ...(d.shadow === undefined || Object.keys(regionUnknownTiers(d.shadow)).length === 0 ? {} : { shadowRegionUnknownTiers: regionUnknownTiers(d.shadow) }),
     };
   }
 

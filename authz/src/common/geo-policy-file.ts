@@ -10,6 +10,7 @@
  * never swaps in half a policy. Nothing here runs per request.
  */
 import { createHash } from 'node:crypto';
+import { readFileSync, statSync, type Stats } from 'node:fs';
 import { parse as parseYaml } from 'yaml';
 import { ANONYMIZER_ROUTES, ConfigError, type Config, type GeoRegionUnknown, type GeoUnknown, type TierPolicy } from './config.ts';
 import { ANONYMIZER_FLAGS, type AnonymizerFlag } from './ports.ts';
@@ -208,3 +209,28 @@ export function policyRegionRule(doc: Pick<PolicyDocument, 'tiers' | 'shadow'>):
   for (const [name, set] of named) if (set !== undefined && set.size > 0) return `${name}=${[...set].join(',')}`;
   return undefined;
 }
+
+/** The parse context of a configuration: whether ANONYMIZER_DB is set, and the anonymizer defaults. */
+export function parseContext(config: Pick<Config, 'anonymizer'>): ParseContext {
+  return {
+    anonymizerDb: config.anonymizer !== undefined,
+    anonymizerDefaults: config.anonymizer ?? { flags: [], actions: { order: 'block', ingest: 'block', read: 'allow', geoblock: 'allow' } },
+  };
+}
+
+/** Reads and validates GEO_POLICY_FILE now (start-up); throws PolicyRefused (one line) or the read error as one. */
+export function readPolicyFile(path: string, ctx: ParseContext): { doc: PolicyDocument; stat: Stats } {
+  let stat: Stats;
+  let text: string;
+  try {
+    // stat before read: a file replaced in between is seen as newer by the next poll.
+    stat = statSync(path);
+    if (stat.size > POLICY_MAX_BYTES) throw new PolicyRefused(path, '(file)', `at most ${POLICY_MAX_BYTES} bytes`, stat.size);
+    text = readFileSync(path, 'utf8');
+  } catch (err) {
+    if (err instanceof PolicyRefused) throw err;
+    throw new PolicyRefused(path, '(file)', 'a readable file', err instanceof Error ? err.message : String(err));
+  }
+  return { doc: parsePolicy(text, path, ctx), stat };
+}
+
