@@ -13,7 +13,7 @@ import { createRedis } from './common/adapters/redis.ts';
 import { ReplicaWait } from './common/adapters/replica-wait.ts';
 import { createAuthzCore } from './authz/core.ts';
 import { initialPolicy, LiveGeoPolicy } from './authz/geo-policy.ts';
-import { policyRegionRule } from './common/geo-policy-file.ts';
+import { policyRegionRule, policyWarnings } from './common/geo-policy-file.ts';
 import { configWarnings, type Config } from './common/config.ts';
 import { loadCredentials, noCredentials } from './common/credentials.ts';
 import { throttledWarn, type Logger } from './common/log.ts';
@@ -119,6 +119,8 @@ export async function createApp(config: Config, logger: Logger, hooks: { onSeale
   live.policy = policy;
   policy.watch();
   logger.info(policy.describe(), config.geoPolicyFile === undefined ? 'geo policy in force (from the settings)' : 'geo policy in force (GEO_POLICY_FILE, watched)');
+  // The settings' own are among configWarnings above.
+  if (config.geoPolicyFile !== undefined) for (const w of policyWarnings(first.doc)) logger.warn(w);
 
   let redis: Redis | undefined;
   if (config.redisUrl !== undefined) {

@@ -17,7 +17,7 @@ import { ConfigError, loadConfig } from '../src/common/config.ts';
 import { createLogger } from '../src/common/log.ts';
 import { createMetrics } from '../src/common/metrics.ts';
 import { HEADER } from '../src/common/contract.ts';
-import { parsePolicy, PolicyRefused, settingsPolicy, type ParseContext } from '../src/common/geo-policy-file.ts';
+import { parsePolicy, PolicyRefused, policyWarnings, settingsPolicy, type ParseContext } from '../src/common/geo-policy-file.ts';
 import { LiveGeoPolicy } from '../src/authz/geo-policy.ts';
 import { geoFixtures } from './geo-fixtures.ts';
 import { tempDir } from './temp-dir.ts';
@@ -68,6 +68,12 @@ describe('the policy document', () => {
       assert.throws(() => parsePolicy(text, '/etc/edge/policy.yaml', CTX), (e: unknown) => e instanceof PolicyRefused && re.test(e.message) && !e.message.includes('\n') && e.message.startsWith('GEO_POLICY_FILE: /etc/edge/policy.yaml: '));
     });
   }
+
+  test('a close-only region inside a blocked country is valid, and said (its clients get close-only, not 451)', () => {
+    const doc = parsePolicy('version: v1\nblocked_countries: [US]\nclose_only_regions: [US-MA]\n', '/p.yaml', CTX);
+    assert.deepEqual(policyWarnings(doc).map((w) => /US-MA inside US/.test(w)), [true]);
+    assert.deepEqual(policyWarnings(parsePolicy(readFileSync(VENUE, 'utf8'), VENUE, CTX)), []);
+  });
 
   test('the settings\' policy has a version of its own: env- and 12 hex of its rules, the same for the same rules', () => {
     const a = settingsPolicy(loadConfig({ BLOCKED_COUNTRIES: 'KP,CU' })).version;

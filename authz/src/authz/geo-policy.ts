@@ -19,7 +19,7 @@ import type { AnonymizerLookup, GeoLookup } from '../common/ports.ts';
 import { sameFile } from '../common/adapters/mmdb-file.ts';
 import { policyMetrics } from '../common/geo-policy-metrics.ts';
 import { flagBits } from '../common/adapters/anonymizer.ts';
-import { parseContext, policyRegionRule, PolicyRefused, readPolicyFile, settingsPolicy, type PolicyDocument } from '../common/geo-policy-file.ts';
+import { parseContext, policyRegionRule, PolicyRefused, policyWarnings, readPolicyFile, settingsPolicy, type PolicyDocument } from '../common/geo-policy-file.ts';
 import { createGeoClassifier, regionUnknownTiers, type GeoResult } from './stages/geo.ts';
 import { createAnonymizerCheck, withAnonymizer, type AnonymizerCheck } from './stages/anonymizer.ts';
 import { secondaryGeo } from './geo-secondary.ts';
@@ -160,6 +160,7 @@ export class LiveGeoPolicy {
       this.#metrics.info.labels(doc.version).set(1);
       this.#metrics.reloads.labels('ok').inc();
       logger.info({ path, previous, ...this.describe() }, 'geo policy replaced: the new version is in force');
+      for (const w of policyWarnings(doc)) logger.warn(w);
       return true;
     } catch (err) {
       // Remember the refused file so it is reported once, not on every poll.

@@ -200,6 +200,22 @@ export function settingsPolicy(config: Pick<Config, 'blockedCountries' | 'blocke
   return Object.freeze({ version, source: 'settings', ...body });
 }
 
+/**
+ * What a valid policy may not have meant, said when it comes into force (as configWarnings says it
+ * for the settings): a close-only region inside a blocked country gets close-only, not 451.
+ */
+export function policyWarnings(doc: Pick<PolicyDocument, 'tiers' | 'source'>): string[] {
+  const out: string[] = [];
+  for (const r of doc.tiers.closeOnlyRegions) {
+    const cc = r.slice(0, r.indexOf('-'));
+    if (doc.tiers.blockedCountries.has(cc)) {
+      out.push(`${doc.source}: close_only_regions lists ${r} inside ${cc}, which blocked_countries blocks: clients located in ${r} get close-only `
+        + `access, not 451 (a region rule overrides its country's). Remove ${r} from close_only_regions if ${cc} is to be blocked everywhere.`);
+    }
+  }
+  return out;
+}
+
 /** The first region rule a policy holds (`blocked_regions=US-NV`), for the GeoIP database check. */
 export function policyRegionRule(doc: Pick<PolicyDocument, 'tiers' | 'shadow'>): string | undefined {
   const named: [string, ReadonlySet<string> | undefined][] = [
