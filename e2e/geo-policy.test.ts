@@ -152,7 +152,7 @@ describe('GEO_POLICY_FILE through Envoy', { skip }, () => {
     await Promise.all(inFlight);
     const failed = results.filter((r) => r.status !== 200);
     assert.deepEqual(failed, [], `${failed.length} of ${results.length} failed`);
-    assert.ok(results.length >= 250, `${results.length} requests sent`);
+    assert.ok(results.length >= 200, `${results.length} requests sent`);
     // Each order was admitted under exactly one version, with that version's tier.
     for (const r of results) {
       assert.ok((r.version === VERSION && r.access === 'full') || (r.version === V2 && r.access === 'close-only'), JSON.stringify(r));
