@@ -147,7 +147,7 @@ describe('the decision behind an id', () => {
     assert.equal(access?.['request_id'], blockedId);
   });
 
-  test('the line names what decided it: the GeoIP database\'s build time, the policy version (null), the trace id of the client\'s traceparent', async () => {
+  test('the line names what decided it: the GeoIP database\'s build time, the policy version (the settings\' env-…), the trace id of the client\'s traceparent', async () => {
     const trace = '0af7651916cd43dd8448eb211c80319c';
     // Two blocked (KP) addresses of their own: RPS_PER_IP=1 with a burst of 3 here.
     const traced = await request(stack, 'GET', '/v1/markets', { ip: '198.51.100.21', headers: { traceparent: `00-${trace}-b7ad6b7169203331-01` } });
@@ -156,7 +156,8 @@ describe('the decision behind an id', () => {
     const [bad] = await linesFor(idOf(untraced, 451, 'restricted_jurisdiction'), (l) => l['msg'] === 'decision');
     const built = isoSeconds(geoipBuildEpochSecs(geoFixtures().geoip2));
     assert.match(String(built), /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$/);
-    assert.deepEqual([line?.['geoipBuilt'], line?.['policyVersion'], line?.['traceId']], [built, null, trace]);
+    assert.deepEqual([line?.['geoipBuilt'], line?.['traceId']], [built, trace]);
+    assert.match(String(line?.['policy']), /^env-[0-9a-f]{12}$/, 'no GEO_POLICY_FILE: the settings\' version');
     assert.deepEqual([bad?.['geoipBuilt'], bad?.['traceId']], [built, null], 'a malformed traceparent: no trace id');
     assert.ok(!JSON.stringify([line, bad]).includes('b7ad6b7169203331'), 'the parent span id is not logged');
   });

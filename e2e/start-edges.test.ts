@@ -161,6 +161,9 @@ test('npm start: each bad setting ends it before anything starts, with one line 
     [{ EDGE_PORT: '0' }, 'EDGE_PORT: expected a port in [1, 65535] for npm start, got "0"'],
     [{ STRICT_SETTINGS: '1', RATE_LIMIT_RPS: '-1' }, 'RATE_LIMIT_RPS: expected a known setting (STRICT_SETTINGS=1 refuses unknown ones); did you mean RATE_LIMIT_SCOPE?'],
     [{ STRICT_SETTINGS: 'yes' }, 'STRICT_SETTINGS: expected 1 or 0, got "yes"'],
+    // The geo policy file and the settings it replaces are one or the other; a file that cannot be read ends it too.
+    [{ GEO_POLICY_FILE: new URL('../deploy/policy/venue-example.yaml', import.meta.url).pathname, BLOCKED_COUNTRIES: 'KP' }, /^GEO_POLICY_FILE: expected no BLOCKED_COUNTRIES beside it \(the file holds the whole geo policy/],
+    [{ GEO_POLICY_FILE: '/nonexistent/policy.yaml' }, /^GEO_POLICY_FILE: \/nonexistent\/policy\.yaml: \(file\): expected a readable file, got "ENOENT/],
   ];
   const runs = await Promise.all(cases.map(async ([setting, line]) => ({ setting, line, f: await fresh(setting) })));
   // Ports given twice: the second setting is named.

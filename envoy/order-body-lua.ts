@@ -35,6 +35,8 @@ import { HEADER } from '../authz/src/common/contract.ts';
 export const ORDER_UPSTREAM_HEADERS = [
   'content-type', 'content-length', HEADER.requestId, HEADER.marketId, HEADER.deadline, HEADER.size,
   HEADER.access, HEADER.jurisdiction, HEADER.clientIp, 'x-forwarded-for', 'x-forwarded-proto', 'user-agent',
+  // The geo policy version that admitted the order (authz's allow sets it; a client's copy is removed first).
+  HEADER.policy,
   // Only with client certificates (EDGE_TLS_CLIENT_AUTH): set by the edge alone (render/tls.ts).
   HEADER.clientCertSha256,
 ] as const;

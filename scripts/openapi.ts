@@ -21,6 +21,7 @@
  * A drift test (authz/test/openapi.test.ts) fails when the committed file differs from a fresh
  * generation; the same test lints it with @redocly/cli. docs/api.md explains the design.
  */
+import { POLICY_VERSION } from '../authz/src/common/geo-policy-file.ts';
 import { readFileSync, writeFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import YAML from 'yaml';
@@ -263,7 +264,7 @@ export function buildOpenApi(): Obj {
             '200': {
               description: 'The caller\'s tier.',
               headers: { 'Cache-Control': { description: 'Always `no-store`.', required: true, schema: { type: 'string', const: 'no-store' } }, ...commonHeaders() },
-              content: json(schemaRef('Geoblock'), { example: { blocked: false, access: 'close-only', country: 'PL', region: null, ip: '203.0.113.7' } }),
+              content: json(schemaRef('Geoblock'), { example: { blocked: false, access: 'close-only', country: 'PL', region: null, ip: '203.0.113.7', policy: 'venue-2026-05-14' } }),
             },
             '400': errorResponse(400, ['invalid_query', 'bad_request']),
             '504': responseRef('UpstreamTimeout'),
@@ -277,7 +278,7 @@ export function buildOpenApi(): Obj {
           description: 'The edge checks the envelope (market known, active and open; deadline; size; payload) and then forwards the '
             + 'base64-decoded `payload` byte-exact to the order backend (`POST /orders`, mTLS, `content-type: application/octet-stream`, '
             + 'with `x-edge-market-id`, `x-edge-deadline`, `x-edge-size`, `x-request-id`, and the client\'s tier: `x-edge-access: full|close-only` '
-            + 'and `x-edge-jurisdiction` (see GET /v1/geoblock); a client\'s own copies of these headers never reach the backend). **The backend\'s status and body come back '
+            + 'and `x-edge-jurisdiction` (see GET /v1/geoblock), and `x-edge-policy`: the version of the geo policy that admitted it; a client\'s own copies of these headers never reach the backend). **The backend\'s status and body come back '
             + 'unchanged** — their schema is the backend\'s, not the edge\'s. Orders are never retried by the edge; keep the '
             + '`X-Request-Id` of every answer (the backend can deduplicate on it).\n\n'
             + `Limits: body ≤ ORDER_MAX_BYTES (default ${defaults.orderMaxBytes}) → else 413; arrays and objects nested at most ${LIMIT.orderJsonDepth} levels deep, the envelope being level 1 → else 400 \`invalid_json\`; decoded payload 1..ORDER_PAYLOAD_MAX_BYTES `
@@ -451,7 +452,7 @@ export function buildOpenApi(): Obj {
           properties: Object.fromEntries(Object.entries(root).map(([k, v]) => [k, { const: v }])),
         },
         Geoblock: {
-          type: 'object', required: ['blocked', 'access', 'country', 'region', 'ip'], additionalProperties: false,
+          type: 'object', required: ['blocked', 'access', 'country', 'region', 'ip', 'policy'], additionalProperties: false,
           description: 'The caller\'s jurisdiction tier (docs/api.md "GET /v1/geoblock").',
           properties: {
             blocked: { type: 'boolean', description: 'true exactly when `access` is `blocked`.' },
@@ -459,6 +460,11 @@ export function buildOpenApi(): Obj {
             country: { type: ['string', 'null'], pattern: PATTERN.country, description: 'ISO 3166-1 alpha-2; null when unknown or not looked up.' },
             region: { type: ['string', 'null'], pattern: PATTERN.region, description: 'ISO 3166-2 (`CA-QC`); null when the database names none.' },
             ip: { type: 'string', description: 'The client address the edge decided on (an IPv4-mapped address as its IPv4).' },
+            policy: {
+              type: 'string', pattern: POLICY_VERSION.source,
+              description: 'The version of the geo policy that gave this answer: GEO_POLICY_FILE\'s `version`, or `env-` and 12 hex digits for a policy given by settings; '
+                + 'the same value an admitted order carries to the backend as `x-edge-policy`.',
+            },
           },
         },
         HealthOk: { type: 'object', required: ['status'], additionalProperties: false, properties: { status: { const: 'ok' } } },

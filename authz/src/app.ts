@@ -12,8 +12,8 @@ import { MemoryNonceStore, RedisNonceStore } from './common/adapters/nonce-store
 import { createRedis } from './common/adapters/redis.ts';
 import { ReplicaWait } from './common/adapters/replica-wait.ts';
 import { createAuthzCore } from './authz/core.ts';
-import { createGeoClassifier, regionUnknownTiers } from './authz/stages/geo.ts';
-import { withAnonymizer } from './authz/stages/anonymizer.ts';
+import { initialPolicy, LiveGeoPolicy } from './authz/geo-policy.ts';
+import { policyRegionRule, policyWarnings } from './common/geo-policy-file.ts';
 import { configWarnings, type Config } from './common/config.ts';
 import { loadCredentials, noCredentials } from './common/credentials.ts';
 import { throttledWarn, type Logger } from './common/log.ts';
@@ -63,6 +63,11 @@ export async function createApp(config: Config, logger: Logger, hooks: { onSeale
   // RateLimitService only where Envoy asks it (RATELIMIT_SERVICE_ADDRESS naming this service, with its token).
   const rateLimitToken = config.rateLimitTokenFile === undefined ? undefined : readTokenFile('RATELIMIT_SERVICE_TOKEN_FILE', config.rateLimitTokenFile);
 
+  // The geo policy: GEO_POLICY_FILE, read and validated now (a bad file ends start-up with one
+  // line), else the settings. The databases' region check asks the policy in force when it runs.
+  const first = initialPolicy(config);
+  const live: { policy?: LiveGeoPolicy } = {};
+  const regionRule = (): string | undefined => (config.geoPolicyFile === undefined ? regionRuleOf(config) : (live.policy?.current.regionRule ?? policyRegionRule(first.doc)));
   let geoReady = false;
   // Metrics first (the GeoIP reload callback counts into them); the age gauge reads geo lazily.
   let geo: GeoDatabase | undefined = undefined;
@@ -70,7 +75,7 @@ export async function createApp(config: Config, logger: Logger, hooks: { onSeale
   // Checked before it serves, here and on every reload: a country or city database, with
   // subdivisions when a region rule is in force (adapters/geoip.ts); a refusal ends start-up.
   geo = new GeoDatabase(config.geoipDb, {
-    regionRule: regionRuleOf(config),
+    regionRule,
     onReload: (ok, path, err) => {
       metrics.geoipReload(ok);
       if (ok) logger.info({ path }, 'GeoIP database reloaded');
@@ -81,7 +86,7 @@ export async function createApp(config: Config, logger: Logger, hooks: { onSeale
   geo.watch(config.geoipReloadIntervalMs);
   // GEOIP_DB_SECONDARY: checked and reloaded like GEOIP_DB; the stricter tier of the two wins.
   const geoSecondary = config.geoipDbSecondary === undefined ? undefined : new GeoDatabase(config.geoipDbSecondary, {
-    regionRule: regionRuleOf(config),
+    regionRule,
     setting: 'GEOIP_DB_SECONDARY',
     onReload: (ok, path, err) => {
       metrics.geoipSecondaryReload(ok);
@@ -92,12 +97,6 @@ export async function createApp(config: Config, logger: Logger, hooks: { onSeale
   if (geoSecondary !== undefined) {
     geoSecondary.watch(config.geoipReloadIntervalMs);
     logger.info({ path: config.geoipDbSecondary }, 'secondary GeoIP database on: each address is looked up in both, the stricter tier wins');
-  }
-  // GEO_REGION_UNKNOWN, resolved once: what a record without subdivision gets in each country that has a region rule.
-  const regionUnknown = regionUnknownTiers(config);
-  if (Object.keys(regionUnknown).length > 0) {
-    logger.info({ geoRegionUnknown: config.geoRegionUnknown, tiers: regionUnknown, ...(config.shadow === undefined ? {} : { shadowTiers: regionUnknownTiers(config.shadow) }) },
-      'records without a subdivision in a country with a region rule get these tiers (GEO_REGION_UNKNOWN; counted as the unknown_region verdict)');
   }
   // ANONYMIZER_DB (GeoIP2 Anonymous IP or Anonymous Plus, boolean flags: adapters/anonymizer.ts
   // checks it here and on every reload): reloaded on replace like GEOIP_DB.
@@ -110,8 +109,18 @@ export async function createApp(config: Config, logger: Logger, hooks: { onSeale
   });
   if (anonymizer !== undefined && config.anonymizer !== undefined) {
     anonymizer.watch(config.geoipReloadIntervalMs);
-    logger.info({ path: config.anonymizer.db, flags: config.anonymizer.flags, policy: config.anonymizer.actions }, 'anonymizer rule on');
+    const rules = first.doc.anonymizer ?? config.anonymizer;
+    logger.info({ path: config.anonymizer.db, flags: rules.flags, policy: rules.actions }, 'anonymizer rule on');
   }
+  // Compiled once per version; with GEO_POLICY_FILE polled and swapped live (authz/geo-policy.ts).
+  // regionUnknownTiers: what a record without subdivision gets in each country that has a region
+  // rule (GEO_REGION_UNKNOWN; counted as the unknown_region verdict).
+  const policy = new LiveGeoPolicy({ config, geo, geoSecondary, anonymizer, metrics, logger }, first);
+  live.policy = policy;
+  policy.watch();
+  logger.info(policy.describe(), config.geoPolicyFile === undefined ? 'geo policy in force (from the settings)' : 'geo policy in force (GEO_POLICY_FILE, watched)');
+  // The settings' own are among configWarnings above.
+  if (config.geoPolicyFile !== undefined) for (const w of policyWarnings(first.doc)) logger.warn(w);
 
   let redis: Redis | undefined;
   if (config.redisUrl !== undefined) {
@@ -151,7 +160,7 @@ export async function createApp(config: Config, logger: Logger, hooks: { onSeale
   const sealState = createSealState();
   if (marker !== undefined) sealState.set();
   const core = createAuthzCore({
-    config, credentials, geo, geoSecondary, nonces, markets: store, clock: systemClock, logger, metrics, sealState,
+    config, credentials, geo, geoSecondary, nonces, markets: store, clock: systemClock, logger, metrics, sealState, policy,
     ...(anonymizer === undefined ? {} : { anonymizer }),
     // RateLimitService: served only for an Envoy pointed at it (RATELIMIT_SERVICE_ADDRESS) with the
     // token it sends; otherwise not at all (UNIMPLEMENTED), so nothing else can drain a client's bucket.
@@ -171,7 +180,7 @@ export async function createApp(config: Config, logger: Logger, hooks: { onSeale
     isSealed: () => sealState.refuses(),
     // GET /v1/geoblock: the authz classifier's answer (same settings, same GeoDatabase object),
     // and "blocked" for an address the anonymizer rule refuses orders (what a trader asks).
-    geoblock: withAnonymizer(createGeoClassifier(config, geo, { secondary: geoSecondary }), core.pipeline.anonymizer?.blocks),
+    geoblock: (ip) => policy.current.geoblock(ip),
     host: config.marketBindAddress,
     port: config.marketPort,
     ...(config.marketSocket === undefined ? {} : { socket: config.marketSocket, tcp: config.marketTcp }),
@@ -228,6 +237,7 @@ export async function createApp(config: Config, logger: Logger, hooks: { onSeale
       for (const [, path] of socketSettings(config)) removeOwnSocket(path);
       await store.close();
       for (const fn of stops) await fn();
+      policy.close();
       geo?.close();
       geoSecondary?.close();
       anonymizer?.close();

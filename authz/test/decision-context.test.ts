@@ -44,12 +44,12 @@ describe('the decision line names what it was decided with', () => {
     requestId: 'r-1', body: undefined, phase: undefined, route: 'read', ...over,
   });
 
-  test('geoipBuilt and policyVersion from the context, traceId from the header; all null without them', () => {
-    const line = decisionLine(input({ traceparent: `00-${TRACE}-${PARENT}-01` }), deny('sealed'), 'read', 0, { geoipBuilt: '2026-06-17T08:00:00Z', policyVersion: 'v7' });
-    assert.deepEqual([line.geoipBuilt, line.policyVersion, line.traceId], ['2026-06-17T08:00:00Z', 'v7', TRACE]);
+  test('geoipBuilt from the context, the policy version from the input, traceId from the header; all null without them', () => {
+    const line = decisionLine(input({ traceparent: `00-${TRACE}-${PARENT}-01`, policy: 'v7' }), deny('sealed'), 'read', 0, { geoipBuilt: '2026-06-17T08:00:00Z' });
+    assert.deepEqual([line.geoipBuilt, line.policy, line.traceId], ['2026-06-17T08:00:00Z', 'v7', TRACE]);
     assert.ok(!JSON.stringify(line).includes(PARENT), 'the parent span id is not logged');
     const bare = decisionLine(input(), deny('sealed'), 'read', 0);
-    assert.deepEqual([bare.geoipBuilt, bare.policyVersion, bare.traceId], [null, null, null]);
+    assert.deepEqual([bare.geoipBuilt, bare.policy, bare.traceId], [null, null, null]);
   });
 
   test('isoSeconds: Unix seconds as ISO 8601 UTC to the second; nothing usable → null', () => {
@@ -66,12 +66,13 @@ describe('over real gRPC', () => {
   const lineOf = (id: string): Record<string, unknown> | undefined =>
     f!.logs.map((l) => JSON.parse(l) as Record<string, unknown>).find((l) => l['msg'] === 'decision' && l['requestId'] === id);
 
-  test('a 451 line: the database build time, a null policy version, the trace id; after a reload the new build time; a malformed traceparent logs null', async () => {
+  test('a 451 line: the database build time, the settings\' policy version (env-…), the trace id; after a reload the new build time; a malformed traceparent logs null', async () => {
     f = await startFixture({ env: { BLOCKED_COUNTRIES: 'KP' }, geo, markets: fakeMarkets([]), nonces: 'memory' });
     const r = await f.check({ headers: { 'x-edge-client-ip': '198.51.100.1', 'x-request-id': 'tp-1', traceparent: `00-${TRACE}-${PARENT}-01` } });
     assert.equal(r.status, 451);
     const first = lineOf('tp-1');
-    assert.deepEqual([first?.['geoipBuilt'], first?.['policyVersion'], first?.['traceId']], ['2026-06-17T08:00:00Z', null, TRACE]);
+    assert.deepEqual([first?.['geoipBuilt'], first?.['traceId']], ['2026-06-17T08:00:00Z', TRACE]);
+    assert.match(String(first?.['policy']), /^env-[0-9a-f]{12}$/, 'without GEO_POLICY_FILE: the settings\' version');
 
     geo.buildEpochSecs = 1784361600;
     await f.check({ headers: { 'x-edge-client-ip': '198.51.100.2', 'x-request-id': 'tp-2', traceparent: `00-${TRACE.toUpperCase()}-${PARENT}-01` } });

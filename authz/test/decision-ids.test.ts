@@ -111,7 +111,7 @@ describe('decision log line', () => {
     assert.deepEqual(line, {
       requestId: UUID, route: 'read', outcome: 'allow', code: 'ok', status: 200, client: 'ipv4',
       country: 'GB', region: 'GB-ENG', tier: 'full', geo: 'allowed', latencyMs: 0.043,
-      geoipBuilt: null, policyVersion: null, traceId: null,
+      geoipBuilt: null, policy: null, traceId: null,
     });
     assert.ok(!JSON.stringify(line).includes('81.2.69'), 'the address itself is not logged');
   });

@@ -6,6 +6,7 @@
  * send of the same request). The server runs with the packaged default GeoIP database,
  * BLOCKED_COUNTRIES=KP, an open market 0xdemo and a closed market 0xclosed.
  */
+import { settingsPolicy } from '../../authz/src/common/geo-policy-file.ts';
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
@@ -14,7 +15,7 @@ import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { fileURLToPath } from 'node:url';
 import { GeoDatabase } from '../../authz/src/common/adapters/geoip.ts';
-import { DEFAULT_GEOIP_DB } from '../../authz/src/common/config.ts';
+import { DEFAULT_GEOIP_DB, loadConfig } from '../../authz/src/common/config.ts';
 import { startFixture, type Fixture } from '../../authz/test/server-fixture.ts';
 import { fakeMarkets, GRPCURL } from '../../authz/test/helpers.ts';
 import { feedPrivateKey, fillPolicy } from '../policy/fill.ts';
@@ -104,5 +105,7 @@ test('policy – an allowed order shows, in grpcurl, the payload metadata and th
     'content-type': 'application/octet-stream', 'x-edge-market-id': sent.marketId, 'x-edge-deadline': String(sent.deadline), 'x-edge-size': sent.size,
     // The client's tier (docs/api.md "Jurisdiction tiers"): 81.2.69.160 is GB, neither blocked nor close-only here.
     'x-edge-access': 'full', 'x-edge-jurisdiction': 'GB',
+    // The version of the geo policy that admitted it: the settings' (BLOCKED_COUNTRIES=KP) hash.
+    'x-edge-policy': settingsPolicy(loadConfig({ BLOCKED_COUNTRIES: 'KP' })).version,
   });
 });

@@ -38,14 +38,14 @@ test('header_mutation removes every client-sent edge-set header (x-edge-access, 
   assert.ok(names.indexOf(FILTER.headerMutation) < names.indexOf(FILTER.extAuthz), names.join(', '));
   const mutation = filters.find((f) => f['name'] === FILTER.headerMutation);
   const removed = (at(mutation, 'typed_config.mutations.request_mutations') as { remove?: string }[]).map((m) => m.remove).filter((x) => x !== undefined);
-  assert.ok(EDGE_SET_HEADERS.includes(HEADER.access) && EDGE_SET_HEADERS.includes(HEADER.jurisdiction));
+  assert.ok(EDGE_SET_HEADERS.includes(HEADER.access) && EDGE_SET_HEADERS.includes(HEADER.jurisdiction) && EDGE_SET_HEADERS.includes(HEADER.policy));
   for (const h of EDGE_SET_HEADERS) assert.ok(removed.includes(h), `${h} removed`);
   // The ingest's own headers are the client's and must survive.
   for (const h of [HEADER.timestamp, HEADER.nonce, HEADER.signature]) assert.ok(!removed.includes(h), `${h} kept`);
 });
 
-test('order route allow-list – exactly x-edge-access and x-edge-jurisdiction join the headers the backend receives', () => {
+test('order route allow-list – exactly x-edge-access, x-edge-jurisdiction and x-edge-policy join the headers the backend receives', () => {
   const edgeHeaders = ORDER_UPSTREAM_HEADERS.filter((h) => h.startsWith('x-edge-'));
   // x-edge-client-cert-sha256 too (EDGE_TLS_CLIENT_AUTH only: the verified client certificate's fingerprint, set by the edge alone).
-  assert.deepEqual([...edgeHeaders].sort(), [HEADER.access, HEADER.clientIp, HEADER.deadline, HEADER.jurisdiction, HEADER.marketId, HEADER.size, HEADER.clientCertSha256].sort());
+  assert.deepEqual([...edgeHeaders].sort(), [HEADER.access, HEADER.clientIp, HEADER.deadline, HEADER.jurisdiction, HEADER.marketId, HEADER.size, HEADER.clientCertSha256, HEADER.policy].sort());
 });

@@ -13,12 +13,10 @@ import { ReplicaWaitError } from '../common/adapters/replica-wait.ts';
 import type { AuthzMetrics } from '../common/metrics.ts';
 import { evaluate, routeLabel, type PipelineDeps } from './pipeline.ts';
 import type { AnonymizerLookup, Clock, GeoLookup, MarketLookup, NonceStore } from '../common/ports.ts';
-import { flagBits } from '../common/adapters/anonymizer.ts';
-import { createAnonymizerCheck } from './stages/anonymizer.ts';
 import { createSealState, type SealState } from '../common/seal.ts';
-import { createGeoClassifier, type GeoResult } from './stages/geo.ts';
+import type { GeoResult } from './stages/geo.ts';
 import { shadowHooks } from './shadow.ts';
-import { secondaryGeo } from './geo-secondary.ts';
+import { LiveGeoPolicy } from './geo-policy.ts';
 import type { GrpcServiceRegistration } from '../ratelimit/service.ts';
 import { withGlobalLimit, type CheckLimiter } from '../ratelimit/check-limit.ts';
 import type { Decision } from './decision.ts';
@@ -46,17 +44,15 @@ export interface AuthzCoreDeps {
    * limiter): asked first by the Checks Envoy marks (AuthzInput.globalLimit), before any stage.
    */
   readonly globalLimit?: CheckLimiter;
-  /**
-   * The geo policy's version for the decision log (`policyVersion`); null/absent until the
-   * service loads a versioned policy file.
-   */
-  readonly policyVersion?: () => string | null;
+  /** The geo policy in force (GEO_POLICY_FILE, watched by the app); built from the settings when omitted. */
+  readonly policy?: LiveGeoPolicy;
 }
 
 export interface AuthzCore {
   readonly grpc: AuthzGrpcServer;
   readonly credentials: Credentials;
   readonly pipeline: PipelineDeps;
+  readonly policy: LiveGeoPolicy;
   /** The Prometheus text of this core's registry. */
   metricsText(): Promise<string>;
   /**
@@ -70,14 +66,15 @@ export function createAuthzCore(deps: AuthzCoreDeps): AuthzCore {
   const { config, credentials, logger, metrics } = deps;
   const logDecisions = config.logDecisions;
   const sealState = deps.sealState ?? createSealState();
-  const classifyGeoRaw = createGeoClassifier(config, deps.geo, secondaryGeo(config, deps.geoSecondary, metrics, logger));
+  // The policy in force: read once per Check, so a swap (GEO_POLICY_FILE replaced) is one assignment.
+  const policy = deps.policy ?? new LiveGeoPolicy({ config, geo: deps.geo, geoSecondary: deps.geoSecondary, anonymizer: deps.anonymizer, metrics, logger });
   // The classification of the Check being evaluated, for its decision line. The pipeline calls
   // classifyGeo synchronously, before its first await, so right after evaluate() returns (a
   // Decision or a Promise) this holds that Check's result; undefined when geo did not run.
   let lastGeo: GeoResult | undefined;
   const pipeline: PipelineDeps = {
     classifyGeo: (ip) => {
-      const v = classifyGeoRaw(ip);
+      const v = policy.current.classify(ip);
       metrics.geoVerdict(v);
       lastGeo = v;
       return v;
@@ -116,17 +113,18 @@ export function createAuthzCore(deps: AuthzCoreDeps): AuthzCore {
     pendingBodies: createPendingBodies({ maxPerClient: config.ingestMaxPendingPerClient, ttlMs: config.requestBodyTimeoutMs, nowMs: () => deps.clock.nowMs() }),
     ...(config.anonymizer === undefined || deps.anonymizer === undefined ? {} : {
       anonymizer: {
-        blocks: createAnonymizerCheck({ flagMask: flagBits(config.anonymizer.flags), actions: config.anonymizer.actions }, deps.anonymizer),
+        blocks: (ip, route) => policy.current.anonymizerBlocks?.(ip, route) === true,
         denial: geoDenial(config.geoNotice, config.geoBlockedByUrl, 'restricted_jurisdiction:anonymizer'),
         onDenied: (route) => metrics.anonymizerDenied(route),
       },
     }),
     // SHADOW_*: a candidate geo policy, counted and logged where it disagrees (authz/shadow.ts).
-    ...shadowHooks(config, metrics, logger),
+    // With GEO_POLICY_FILE a shadow policy can come with any reload, so the hook is always there.
+    ...shadowHooks(config.geoPolicyFile === undefined ? config : { shadow: true }, metrics, logger),
   };
 
   // What each decision line names it was made with: GEOIP_DB's build time (re-read per line, so a
-  // reload shows at once; formatted once per database) and the policy version.
+  // reload shows at once; formatted once per database); the policy version is the input's (`decide`).
   let builtEpoch: number | undefined;
   let builtIso: string | null = null;
   const decisionContext = (): DecisionContext => {
@@ -135,11 +133,12 @@ export function createAuthzCore(deps: AuthzCoreDeps): AuthzCore {
       builtEpoch = epoch;
       builtIso = isoSeconds(epoch);
     }
-    return { geoipBuilt: builtIso, policyVersion: deps.policyVersion?.() ?? null };
+    return { geoipBuilt: builtIso };
   };
 
   const decide = (input: AuthzInput): Decision | Promise<Decision> => {
     lastGeo = undefined;
+    input.policy = policy.current.version;
     const result = evaluate(input, pipeline);
     input.geo = lastGeo;
     return result;
@@ -163,6 +162,7 @@ export function createAuthzCore(deps: AuthzCoreDeps): AuthzCore {
     grpc,
     credentials,
     pipeline,
+    policy,
     metricsText: () => metrics.registry.metrics(),
     seal(reason) {
       if (!sealState.set()) return false;

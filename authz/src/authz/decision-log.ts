@@ -11,8 +11,8 @@
  * payload.
  *
  * And what the decision was made with: the GeoIP database's build time (`geoipBuilt`), the geo
- * policy's version (`policyVersion`: null until a policy file names one — the hook is
- * DecisionContext.policyVersion) and the W3C trace id of the request (`traceId`, from a well-formed
+ * policy's version (`policy`: GEO_POLICY_FILE's `version`, or `env-…` for the settings) and the
+ * W3C trace id of the request (`traceId`, from a well-formed
  * `traceparent` header only; the parent span id and flags are not logged).
  */
 import type { LogDecisions } from '../common/config.ts';
@@ -59,8 +59,8 @@ export interface DecisionLine {
   readonly latencyMs: number;
   /** The loaded GEOIP_DB's build time (its metadata's build_epoch, ISO 8601 UTC); null when unknown. */
   readonly geoipBuilt: string | null;
-  /** The geo policy's version; null until the service loads a versioned policy. */
-  readonly policyVersion: string | null;
+  /** The version of the geo policy in force for this Check (GEO_POLICY_FILE's `version`, or `env-…`); null only outside the core (unit tests). */
+  readonly policy: string | null;
   /** The 32-hex trace id of a well-formed W3C `traceparent` request header; null without one. */
   readonly traceId: string | null;
   /** Ingest only: the first 12 hex characters of the nonce's SHA-256. */
@@ -70,9 +70,8 @@ export interface DecisionLine {
 /** What the decisions are being made with, read when a line is written (core.ts). */
 export interface DecisionContext {
   readonly geoipBuilt: string | null;
-  readonly policyVersion: string | null;
 }
-export const NO_DECISION_CONTEXT: DecisionContext = { geoipBuilt: null, policyVersion: null };
+export const NO_DECISION_CONTEXT: DecisionContext = { geoipBuilt: null };
 
 /** Unix seconds → `2026-06-17T08:00:00Z`; null when not a usable time. */
 export function isoSeconds(epochSecs: number | undefined): string | null {
@@ -124,7 +123,7 @@ export function decisionLine(input: AuthzInput, d: Decision, route: RouteLabel, 
     geo: geo === undefined ? null : geo.verdict,
     latencyMs: Math.round(seconds * 1e6) / 1e3,
     geoipBuilt: context.geoipBuilt,
-    policyVersion: context.policyVersion,
+    policy: input.policy ?? null,
     traceId: traceIdOf(input.traceparent),
   };
   if (!d.allow) line.reason = d.reason;

@@ -16,7 +16,7 @@ import type { GeoResult } from './stages/geo.ts';
 export const SHADOW_MSG = 'shadow geo policy disagrees';
 
 /** The disagreement hook for PipelineDeps, or nothing when no shadow policy is configured. */
-export function shadowHooks(config: Pick<Config, 'shadow'>, metrics: Pick<AuthzMetrics, 'shadowDisagreement'>, logger: Logger): Pick<PipelineDeps, 'onShadowDisagreement'> {
+export function shadowHooks(config: { readonly shadow: Config['shadow'] | true }, metrics: Pick<AuthzMetrics, 'shadowDisagreement'>, logger: Logger): Pick<PipelineDeps, 'onShadowDisagreement'> {
   if (config.shadow === undefined) return {};
   return {
     onShadowDisagreement(input: AuthzInput, enforced: GeoResult, shadow: GeoResult): void {

@@ -64,6 +64,23 @@ export const SHADOW_SETTINGS = [
   'SHADOW_GEO_REGION_UNKNOWN',
 ] as const;
 
+/** The settings GEO_POLICY_FILE replaces (its simple form): set beside it, start-up is refused. */
+export const GEO_POLICY_SETTINGS = [
+  'BLOCKED_COUNTRIES', 'BLOCKED_REGIONS', 'CLOSE_ONLY_COUNTRIES', 'CLOSE_ONLY_REGIONS', 'GEO_UNKNOWN', 'GEO_REGION_UNKNOWN',
+  ...SHADOW_SETTINGS, 'ANONYMIZER_FLAGS', 'ANONYMIZER_POLICY',
+] as const;
+
+/** GEO_POLICY_FILE, refused beside any of the settings it replaces (an empty value counts as unset, but not for SHADOW_*). */
+function geoPolicyFileSetting(env: Env): string | undefined {
+  const file = str(env, 'GEO_POLICY_FILE');
+  if (file === undefined) return undefined;
+  const also = GEO_POLICY_SETTINGS.filter((n) => env[n] !== undefined && (n.startsWith('SHADOW_') || str(env, n) !== undefined));
+  if (also.length > 0) {
+    throw new ConfigError('GEO_POLICY_FILE', `no ${also.join(', ')} beside it (the file holds the whole geo policy; those settings are its simple form: use one or the other)`, file);
+  }
+  return file;
+}
+
 /** LOG_DECISIONS: which authz decisions are logged (docs/operations.md "Decision log"). */
 export const LOG_DECISIONS = ['all', 'denials', 'off'] as const;
 export type LogDecisions = (typeof LOG_DECISIONS)[number];
@@ -209,6 +226,11 @@ export interface Config {
   readonly geoBlockedByUrl: string | undefined;
   /** The anonymizer rule (ANONYMIZER_DB, ANONYMIZER_FLAGS, ANONYMIZER_POLICY); undefined without ANONYMIZER_DB. */
   readonly anonymizer: AnonymizerConfig | undefined;
+  /**
+   * GEO_POLICY_FILE: the geo policy as a watched YAML/JSON file (common/geo-policy-file.ts), in
+   * place of the settings GEO_POLICY_SETTINGS names (both given: refused); undefined: the settings.
+   */
+  readonly geoPolicyFile: string | undefined;
 
   // Stores
   readonly redisUrl: string | undefined;
@@ -768,6 +790,7 @@ export function loadConfig(env: Env = process.env): Config {
     geoNotice,
     geoBlockedByUrl: blockedBy,
     anonymizer: anonymizerSettings(env),
+    geoPolicyFile: geoPolicyFileSetting(env),
 
     redisUrl,
     redisMinReplicas,

@@ -87,6 +87,8 @@ export const HEADER = {
   access: 'x-edge-access',
   /** To the order backend: the jurisdiction whose rule gave that tier (`PL`, `CA-QC`, or JURISDICTION_NONE). */
   jurisdiction: 'x-edge-jurisdiction',
+  /** To the order backend: the version of the geo policy that admitted the order (GEO_POLICY_FILE's `version`, or `env-…`). */
+  policy: 'x-edge-policy',
   /**
    * To authz and every upstream: the SHA-256 of the client certificate the TLS handshake verified
    * against EDGE_TLS_CLIENT_CA_FILE (64 lower-case hex digits of its DER); absent without one.
@@ -99,7 +101,7 @@ export const HEADER = {
  * before ext_authz and every upstream (envoy/render/client-address.ts), and the order's allow
  * sets them again. The ingest's x-edge-timestamp/-nonce/-signature are client headers and stay.
  */
-export const EDGE_SET_HEADERS: readonly string[] = [HEADER.access, HEADER.jurisdiction, HEADER.marketId, HEADER.deadline, HEADER.size, HEADER.clientCertSha256];
+export const EDGE_SET_HEADERS: readonly string[] = [HEADER.access, HEADER.jurisdiction, HEADER.marketId, HEADER.deadline, HEADER.size, HEADER.clientCertSha256, HEADER.policy];
 
 /** The access tiers (x-edge-access; the geoblock answer's `access`). */
 export type Access = 'blocked' | 'close-only' | 'full';

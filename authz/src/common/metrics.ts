@@ -8,6 +8,7 @@
  * outside the tables are still counted, created on first use.
  */
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
+import { policyMetrics } from './geo-policy-metrics.ts';
 import { PATHS, type Access } from './contract.ts';
 import type { Decision } from '../authz/decision.ts';
 import type { ErrorCode } from './errors.ts';
@@ -189,6 +190,7 @@ export function createMetrics(opts: { geoipBuildEpochSecs: () => number; default
     registers: [registry],
   });
   const sealed = new Gauge({ name: 'edge_authz_sealed', help: '1 once the service is sealed', registers: [registry] });
+  policyMetrics(registry);
   sealed.set(0);
   zeroSeries(decisions, Object.entries(DECISION_CODES).flatMap(([route, codes]) => codes.map((c) => [route, c === 'ok' ? 'allow' : 'deny', c])));
   zeroSeries(redisErrors, REDIS_OPS.map((op) => [op]));

@@ -18,7 +18,7 @@ export function clientAddress(req: IncomingMessage): string {
   return ip === '' ? raw : ip;
 }
 
-/** The geoblock body: `{blocked, access, country, region, ip}`. */
+/** The geoblock body: `{blocked, access, country, region, ip, policy}` (`policy`: the version in force, when the classifier has one). */
 export function geoblockBody(geo: GeoResult, ip: string): string {
-  return JSON.stringify({ blocked: geo.access === 'blocked', access: geo.access, country: geo.country, region: geo.region, ip });
+  return JSON.stringify({ blocked: geo.access === 'blocked', access: geo.access, country: geo.country, region: geo.region, ip, ...(geo.policy === undefined ? {} : { policy: geo.policy }) });
 }

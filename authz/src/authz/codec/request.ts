@@ -71,6 +71,8 @@ export interface AuthzInput {
    * run: sealed, the geoblock route).
    */
   geo?: GeoResult | undefined;
+  /** Filled while deciding: the version of the geo policy in force for this Check (the decision log's `policy`). */
+  policy?: string | undefined;
 }
 
 /** The header Envoy's ext_authz adds to a Check that carries a body: `true` when the body was cut at max_request_bytes. */

@@ -22,6 +22,11 @@ export interface GeoPolicy {
   readonly geoTrustedCidrs: readonly string[];
   /** A shadow policy's tiers (SHADOW_*): classified beside, never enforced. */
   readonly shadow?: TierRules | undefined;
+  /**
+   * The policy's version (GEO_POLICY_FILE's `version`, or `env-…` for the settings): every result
+   * carries it, and an allowed order's headers carry it as x-edge-policy. Absent: neither does.
+   */
+  readonly version?: string | undefined;
 }
 
 /**
@@ -60,6 +65,8 @@ export interface GeoResult {
    * empty when blocked. One array per (access, jurisdiction), shared.
    */
   readonly orderHeaders: readonly Header[];
+  /** The version of the policy that classified it (GeoPolicy.version), when it has one. */
+  readonly policy?: string;
   /** With a shadow policy configured: the same address under the shadow policy (never enforced). */
   readonly shadow?: GeoResult;
 }
@@ -119,14 +126,16 @@ const HEADER_CACHE_MAX = 4096;
 const headerCache = new Map<string, readonly Header[]>();
 const NO_HEADERS: readonly Header[] = [];
 
-function orderHeaders(access: Access, jurisdiction: string): readonly Header[] {
+function orderHeaders(access: Access, jurisdiction: string, policy: string | undefined): readonly Header[] {
   if (access === 'blocked') return NO_HEADERS;
-  const key = `${access}|${jurisdiction}`;
+  const key = `${access}|${jurisdiction}|${policy ?? ''}`;
   let h = headerCache.get(key);
   if (h === undefined) {
     // Plain arrays, not frozen: serializing an order allow iterates them, and V8 iterates frozen
     // arrays markedly slower (measured: +2 µs per order). Shared, so never mutated.
-    h = [[HEADER.access, access], [HEADER.jurisdiction, jurisdiction]];
+    h = policy === undefined
+      ? [[HEADER.access, access], [HEADER.jurisdiction, jurisdiction]]
+      : [[HEADER.access, access], [HEADER.jurisdiction, jurisdiction], [HEADER.policy, policy]];
     // Bounded: a database names at most a few thousand jurisdictions; cleared, never grown past.
     if (headerCache.size >= HEADER_CACHE_MAX) headerCache.clear();
     headerCache.set(key, h);
@@ -135,8 +144,11 @@ function orderHeaders(access: Access, jurisdiction: string): readonly Header[] {
 }
 
 /** A frozen GeoResult (built at start-up or once per database record, never per request). */
-export function geoResult(verdict: GeoVerdict, access: Access, country: string | null, region: string | null, jurisdiction: string): GeoResult {
-  return Object.freeze({ verdict, access, country, region, jurisdiction, orderHeaders: orderHeaders(access, jurisdiction) });
+export function geoResult(verdict: GeoVerdict, access: Access, country: string | null, region: string | null, jurisdiction: string, policy?: string): GeoResult {
+  const headers = orderHeaders(access, jurisdiction, policy);
+  return Object.freeze(policy === undefined
+    ? { verdict, access, country, region, jurisdiction, orderHeaders: headers }
+    : { verdict, access, country, region, jurisdiction, orderHeaders: headers, policy });
 }
 
 /** A trusted address's classification (GEO_TRUSTED_CIDRS): full access, no jurisdiction determined. */
@@ -190,12 +202,13 @@ export function regionUnknownTiers(rules: TierRules): Record<string, Access> {
   return out;
 }
 
-function tierResolver(rules: TierRules): TierResolver {
+function tierResolver(rules: TierRules, version?: string): TierResolver {
   const { blockedCountries, blockedRegions } = rules;
   const closeOnlyCountries = rules.closeOnlyCountries ?? NO_CODES;
   const closeOnlyRegions = rules.closeOnlyRegions ?? NO_CODES;
   const anyRegionRule = blockedRegions.size > 0 || closeOnlyRegions.size > 0;
-  const result = geoResult;
+  const result = (verdict: GeoVerdict, access: Access, country: string | null, region: string | null, jurisdiction: string): GeoResult =>
+    geoResult(verdict, access, country, region, jurisdiction, version);
   const unknown = rules.geoUnknown === 'allow'
     ? result('unknown_allowed', 'full', null, null, JURISDICTION_NONE)
     : rules.geoUnknown === 'close-only'
@@ -274,11 +287,13 @@ function judge(tiers: TierResolver, rec: GeoRecord): GeoResult {
  */
 export function createGeoClassifier(policy: GeoPolicy, geo: GeoLookup, opts: SecondaryOptions = {}): (rawIp: string) => GeoResult {
   const isTrusted = trustedMatcher(policy.geoTrustedCidrs);
-  const enforced = tierResolver(policy);
-  const shadow = policy.shadow === undefined ? undefined : tierResolver(policy.shadow);
+  const version = policy.version;
+  const enforced = tierResolver(policy, version);
+  const shadow = policy.shadow === undefined ? undefined : tierResolver(policy.shadow, version);
+  const trusted = version === undefined ? GEO_TRUSTED : geoResult('trusted', 'full', null, null, JURISDICTION_NONE, version);
   // Trusted addresses are trusted by both policies (there is no SHADOW_GEO_TRUSTED_CIDRS).
   const withShadow = (r: GeoResult, s: GeoResult): GeoResult => Object.freeze({ ...r, shadow: s });
-  const TRUSTED = shadow === undefined ? GEO_TRUSTED : withShadow(GEO_TRUSTED, GEO_TRUSTED);
+  const TRUSTED = shadow === undefined ? trusted : withShadow(trusted, trusted);
   const UNKNOWN = shadow === undefined ? enforced.unknown : withShadow(enforced.unknown, shadow.unknown);
   const classify = shadow === undefined
     ? (rec: GeoRecord): GeoResult => judge(enforced, rec)

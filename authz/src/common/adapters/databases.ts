@@ -6,12 +6,13 @@
 import { ConfigError, type Config } from '../config.ts';
 import { AnonymizerDatabase } from './anonymizer.ts';
 import { GeoDatabase, regionRuleOf } from './geoip.ts';
+import { parseContext, policyRegionRule, readPolicyFile } from '../geo-policy-file.ts';
 
 /**
  * Opens, checks and closes each database `config` names. Throws a ConfigError naming the setting:
  * the check's refusal (the wrong kind of database), or a file that cannot be read as one.
  */
-export function checkDatabases(config: Pick<Config, 'geoipDb' | 'anonymizer' | 'blockedRegions' | 'closeOnlyRegions' | 'shadow'> & { readonly geoipDbSecondary?: string | undefined }): void {
+export function checkDatabases(config: Pick<Config, 'geoipDb' | 'anonymizer' | 'blockedRegions' | 'closeOnlyRegions' | 'shadow'> & { readonly geoipDbSecondary?: string | undefined; readonly geoPolicyFile?: string | undefined }): void {
   const open = (setting: string, path: string, make: () => { close(): void }): void => {
     try {
       make().close();
@@ -20,9 +21,11 @@ export function checkDatabases(config: Pick<Config, 'geoipDb' | 'anonymizer' | '
       throw new ConfigError(setting, 'a readable MaxMind DB (.mmdb) file', `${path}: ${err instanceof Error ? err.message : String(err)}`);
     }
   };
-  open('GEOIP_DB', config.geoipDb, () => new GeoDatabase(config.geoipDb, { regionRule: regionRuleOf(config) }));
+  // GEO_POLICY_FILE: the file's region rules (a bad file is refused here, one line naming the key).
+  const regionRule = config.geoPolicyFile === undefined ? regionRuleOf(config) : policyRegionRule(readPolicyFile(config.geoPolicyFile, parseContext(config)).doc);
+  open('GEOIP_DB', config.geoipDb, () => new GeoDatabase(config.geoipDb, { regionRule }));
   const secondary = config.geoipDbSecondary;
-  if (secondary !== undefined) open('GEOIP_DB_SECONDARY', secondary, () => new GeoDatabase(secondary, { regionRule: regionRuleOf(config), setting: 'GEOIP_DB_SECONDARY' }));
+  if (secondary !== undefined) open('GEOIP_DB_SECONDARY', secondary, () => new GeoDatabase(secondary, { regionRule, setting: 'GEOIP_DB_SECONDARY' }));
   const anonymizer = config.anonymizer;
   if (anonymizer !== undefined) open('ANONYMIZER_DB', anonymizer.db, () => new AnonymizerDatabase(anonymizer.db));
 }

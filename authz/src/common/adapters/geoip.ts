@@ -79,8 +79,10 @@ export const GEO_CHECK_RECORDS = 10_000;
  * region rule subdivisions (a country database has none, and neither may a city database whose
  * records lack ISO codes, e.g. DB-IP's): else no rule naming a region could ever match.
  */
-export function geoCheck(setting: string, regionRule: string | undefined): MmdbCheck {
+export function geoCheck(setting: string, regionRuleNow: string | undefined | (() => string | undefined)): MmdbCheck {
   return function* check({ reader, buf }) {
+    // The region rule as it is when the check runs (a live GEO_POLICY_FILE may have changed it).
+    const regionRule = typeof regionRuleNow === 'function' ? regionRuleNow() : regionRuleNow;
     const type = String(reader.metadata.databaseType);
     const kind = GEO_DATABASE_TYPES.get(type);
     if (kind === undefined) throw new DatabaseRefused(setting, GEO_EXPECTED, `database_type ${JSON.stringify(type)}`);
@@ -108,7 +110,7 @@ export interface GeoDatabaseOptions extends MmdbEvents {
   /** The setting naming the file, for refusals (default GEOIP_DB). */
   readonly setting?: string;
   /** The region rule in force (`BLOCKED_REGIONS=CA-ON`), if any: the database must carry subdivisions. */
-  readonly regionRule?: string | undefined;
+  readonly regionRule?: string | undefined | (() => string | undefined);
 }
 
 /** The GeoIP database (GEOIP_DB): checked, then polled and swapped in on change by WatchedMmdb. */
@@ -117,6 +119,14 @@ export class GeoDatabase extends WatchedMmdb implements GeoLookup {
 
   constructor(path: string, opts: GeoDatabaseOptions = {}) {
     super(path, opts, geoCheck(opts.setting ?? 'GEOIP_DB', opts.regionRule));
+  }
+
+  /**
+   * Whether the database now serving could serve `regionRule` (a new GEO_POLICY_FILE's): runs
+   * the same check as a reload, between requests; throws the refusal.
+   */
+  async accepts(regionRule: string | undefined, setting = 'GEOIP_DB'): Promise<void> {
+    await this.checkCurrent(geoCheck(setting, regionRule));
   }
 
   lookup(ip: string): GeoRecord | null {

@@ -76,13 +76,15 @@ function openReader(path: string): { reader: Reader<Response>; buf: Buffer; stat
   return { reader, buf, stat };
 }
 
-function sameFile(a: Stats, b: Stats): boolean {
+/** Whether two stats are of the same file version (inode, size, mtime, ctime): what a watch compares. */
+export function sameFile(a: Stats, b: Stats): boolean {
   return a.ino === b.ino && a.size === b.size && a.mtimeMs === b.mtimeMs && a.ctimeMs === b.ctimeMs;
 }
 
 /** The current Reader of one .mmdb path, reloaded on change. */
 export class WatchedMmdb {
   #reader: Reader<Response>;
+  #buf: Buffer;
   readonly #path: string;
   readonly #events: MmdbEvents;
   readonly #check: MmdbCheck | undefined;
@@ -101,7 +103,14 @@ export class WatchedMmdb {
     const { reader, buf, stat } = openReader(path);
     if (check !== undefined) checkNow(check, { reader, buf });
     this.#reader = reader;
+    this.#buf = buf;
     this.#stat = stat;
+  }
+
+  /** Runs `check` on the database now serving (between requests); throws its refusal. */
+  protected async checkCurrent(check: MmdbCheck): Promise<void> {
+    const db = { reader: this.#reader, buf: this.#buf };
+    for (const _ of check(db)) await nextTurn();
   }
 
   /** The raw record for `ip`, or null (no record, or an IPv6 address in an IPv4-only tree). */
@@ -168,6 +177,7 @@ export class WatchedMmdb {
         }
       }
       this.#reader = opened.reader;
+      this.#buf = opened.buf;
       this.#stat = opened.stat;
       this.#events.onReload?.(true, this.#path);
       return true;
