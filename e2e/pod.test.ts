@@ -711,7 +711,9 @@ containerSuite('pod', SKIP, () => {
     const sealedAt = Date.parse(String(seal['time']));
     const workers = Number(settings.data['AUTHZ_WORKERS'] ?? 1);
     const sealedWorkers = lines.filter((l) => String(l['msg']).startsWith('sealed: credentials zeroed') && Date.parse(String(l['time'])) >= sealedAt);
-    assert.equal(sealedWorkers.length, workers, `every worker (AUTHZ_WORKERS ${workers}) zeroed its credentials`);
+    // A worker still starting at the seal is killed instead (process.ts; the steps above wait for every worker, so none is expected).
+    const stoppedStarting = Number(seal['stoppedStarting'] ?? 0);
+    assert.equal(sealedWorkers.length + stoppedStarting, workers, `every worker (AUTHZ_WORKERS ${workers}) zeroed its credentials or was stopped while starting (${stoppedStarting})`);
     const stopMs = authz.finishedAt - t0;
     const drainMs = authz.finishedAt - sealedAt;
     t.diagnostic(`podman pod stop -t ${graceS}: ${stop.ms} ms; the TS service sealed ${sealedAt - t0} ms after the stop began, exited 0 ${drainMs} ms after the seal (SHUTDOWN_GRACE_MS ${shutdownGraceMs})`);

@@ -2,8 +2,10 @@
  * Process lifecycle: single process, cluster primary, cluster worker. Signals seal.
  */
 import cluster, { type Worker } from 'node:cluster';
+import { existsSync } from 'node:fs';
 import { availableParallelism } from 'node:os';
 import type { Server } from 'node:http';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { AggregatorRegistry } from 'prom-client';
 import { createAdminServer, type AdminSealResult } from './admin.ts';
 import { createApp, type App } from './app.ts';
@@ -85,6 +87,7 @@ async function startApp(config: Config, logger: Logger, withAdmin: boolean): Pro
   const app = await createApp(config, logger, {
     onSealed: () => exitWhenDrained(app, config.shutdownGraceMs),
   });
+  await testOnlyHoldWorkerStart(logger);
   await app.start();
   if (withAdmin) {
     const admin = createAdminServer({ registry: app.metrics.registry, seal: adminSeal(config, logger, (r) => app.seal(r)), token, logger });
@@ -117,6 +120,19 @@ export async function runSingle(config: Config, logger: Logger): Promise<void> {
   onSignals((reason) => app.seal(reason));
 }
 
+/**
+ * TEST ONLY (authz/test/seal-starting-worker.test.ts): with TEST_ONLY_HOLD_WORKER_START naming a
+ * file, every cluster worker but the first waits until that file exists once it has read its keys
+ * and before it listens, so the test can seal while a worker is still starting. Set by nothing
+ * else: unset, no wait.
+ */
+async function testOnlyHoldWorkerStart(logger: Logger): Promise<void> {
+  const file = process.env['TEST_ONLY_HOLD_WORKER_START'];
+  if (file === undefined || file === '' || !cluster.isWorker || cluster.worker?.id === 1) return;
+  logger.warn({ pid: process.pid, file }, 'TEST ONLY: worker start held until the file exists (TEST_ONLY_HOLD_WORKER_START)');
+  while (!existsSync(file)) await sleep(20);
+}
+
 /** A cluster worker: the app, no admin port; seals on the primary's message. */
 export async function runWorker(config: Config, logger: Logger): Promise<void> {
   // The primary's AggregatorRegistry asks every worker for its metrics; the worker-side
@@ -145,6 +161,11 @@ export function runPrimary(config: Config, logger: Logger): void {
   }
   const n = Math.min(config.workers, Math.max(1, availableParallelism() * 2));
   const workers = new Set<Worker>();
+  // Forked and not yet ready: such a worker cannot be sealed. Until its app has started it has no
+  // listener for the order (a message then is lost) and may hold keys it read already; it would
+  // serve unsealed once ready. A seal kills it outright instead (fail closed; nothing is forked
+  // after a seal).
+  const unready = new Set<Worker>();
   let sealed = false;
   // Stops the process: every worker is killed outright (a started worker ignores SIGTERM and
   // waits for the seal; Worker.kill() would only disconnect it once this process is gone).
@@ -158,19 +179,23 @@ export function runPrimary(config: Config, logger: Logger): void {
   // forked again, as any worker that exits is (the others keep serving).
   let starting = n;
   const fork = (): void => {
+    if (sealed) return;
     const w = cluster.fork();
     workers.add(w);
+    unready.add(w);
     const first = starting > 0;
     let ready = false;
     w.on('message', (msg: unknown) => {
       if (msg !== 'edge:ready' || ready) return;
       ready = true;
+      unready.delete(w);
       // The listening sockets are this process's (node:cluster binds them here): removed at its exit.
       for (const [, path] of socketSettings(config)) ownSocket(path);
       if (first) starting--;
     });
     w.on('exit', (code, signal) => {
       workers.delete(w);
+      unready.delete(w);
       if (first && !ready && !sealed) {
         logger.fatal({ worker: w.id, code, signal }, 'start-up failed: a worker could not start');
         fail();
@@ -206,9 +231,17 @@ export function runPrimary(config: Config, logger: Logger): void {
   const seal = (reason: string): void => {
     if (sealed) return;
     sealed = true;
-    logger.warn({ reason, workers: workers.size }, 'sealing every worker');
-    for (const w of workers) w.send('edge:seal');
-    setTimeout(() => process.exit(0), config.shutdownGraceMs + 2000).unref();
+    logger.warn({ reason, workers: workers.size - unready.size, stoppedStarting: unready.size }, 'sealing every worker');
+    for (const w of workers) {
+      if (unready.has(w)) w.process.kill('SIGKILL');
+      else w.send('edge:seal');
+    }
+    // This process exits once every worker is gone (the 'exit' handler above). The last resort:
+    // whatever worker is left then is killed, never left to outlive this process.
+    setTimeout(() => {
+      for (const w of workers) w.process.kill('SIGKILL');
+      process.exit(0);
+    }, config.shutdownGraceMs + 2000).unref();
   };
   const admin = createAdminServer({ registry: aggregated as never, seal: adminSeal(config, logger, seal), token, logger });
   listenAdmin(admin, config).catch((err: unknown) => {

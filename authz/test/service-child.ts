@@ -20,9 +20,9 @@ export class ServiceChild {
   readonly exited: Promise<Exit>;
   readonly marketPort: number;
 
-  private constructor(env: NodeJS.ProcessEnv, marketPort: number) {
+  private constructor(env: NodeJS.ProcessEnv, marketPort: number, args: readonly string[]) {
     this.marketPort = marketPort;
-    this.child = spawn(`${ROOT}scripts/node`, [`${ROOT}authz/src/main.ts`], { env, stdio: ['ignore', 'pipe', 'pipe'] });
+    this.child = spawn(`${ROOT}scripts/node`, [`${ROOT}authz/src/main.ts`, ...args], { env, stdio: ['ignore', 'pipe', 'pipe'] });
     this.child.stdout.on('data', (d: Buffer) => { this.#out += d.toString(); });
     this.child.stderr.on('data', (d: Buffer) => { this.#out += d.toString(); });
     this.exited = new Promise((resolve) => this.child.once('exit', (code, signal) => resolve({ code, signal })));
@@ -30,16 +30,17 @@ export class ServiceChild {
 
   /**
    * Starts main.ts with `env` over this process's environment, a fresh HMAC key and feed key, and
-   * its three ports free ones (any of these can be overridden in `env`).
+   * its three ports free ones (any of these can be overridden in `env`); `args` after main.ts (which
+   * ignores them: a marker to find the processes by).
    */
-  static async start(env: Record<string, string>): Promise<ServiceChild> {
+  static async start(env: Record<string, string>, args: readonly string[] = []): Promise<ServiceChild> {
     const [grpc, market, admin] = [await freePort(), await freePort(), await freePort()];
     return new ServiceChild({
       ...process.env,
       EDGE_INGEST_HMAC: `hex:${randomBytes(32).toString('hex')}`, EDGE_FEED_ED25519_PUBLIC_KEY: newFeedKey().publicHex,
       AUTHZ_GRPC_PORT: String(grpc), MARKET_PORT: String(market), AUTHZ_ADMIN_PORT: String(admin),
       ...env,
-    }, Number(env['MARKET_PORT'] ?? market));
+    }, Number(env['MARKET_PORT'] ?? market), args);
   }
 
   /** Everything it wrote so far, stdout and stderr interleaved. */
