@@ -8,7 +8,7 @@
  * nothing), which decides geo, the anonymizer rule and, for an ingest, its signature headers and
  * the pending-body bound; then their body phase, the whole policy (geo again: it is synchronous).
  */
-import { classify, KINDS, UNKNOWN_ROUTE, type CheckRoute, type HeaderPhaseLabel, type RouteKind } from '../common/routes.ts';
+import { classify, KINDS, UNKNOWN_ROUTE, type CheckRoute, type HeaderPhaseLabel } from '../common/routes.ts';
 import { ALLOW, deny, type Decision } from './decision.ts';
 import type { AuthzInput } from './codec/request.ts';
 import { geoDecision, type GeoResult } from './stages/geo.ts';
