@@ -9,7 +9,7 @@
  */
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
 import type { Access } from './contract.ts';
-import { API_ROUTES, KINDS, ROUTE_KINDS, UNKNOWN_ROUTE } from './routes.ts';
+import { API_ROUTES, KINDS, ROUTE_KINDS, UNKNOWN_ROUTE, type RouteRegistry } from './routes.ts';
 import type { Decision } from '../authz/decision.ts';
 import type { ErrorCode } from './errors.ts';
 import type { RouteLabel } from '../authz/pipeline.ts';
@@ -46,10 +46,13 @@ export const REDIS_OPS = ['nonce_set', 'nonce_replica_wait', 'market_get'] as co
  * The market service's answers by route (its `route` label: the path of a registry route it
  * serves, `other` for the rest) and status (routes.ts `marketStatuses`).
  */
-export const MARKET_REQUEST_STATUSES: Readonly<Record<string, readonly number[]>> = Object.freeze({
-  ...Object.fromEntries(API_ROUTES.flatMap((r) => (r.upstream === 'market' ? [[r.path, r.marketStatuses]] : []))),
-  other: [404],
-});
+export function marketRequestStatuses(registry: RouteRegistry): Readonly<Record<string, readonly number[]>> {
+  return Object.freeze({
+    ...Object.fromEntries(registry.flatMap((r) => (r.upstream === 'market' ? [[r.path, r.marketStatuses]] : []))),
+    other: [404],
+  });
+}
+export const MARKET_REQUEST_STATUSES = marketRequestStatuses(API_ROUTES);
 /**
  * The global rate limit's answers, one per ShouldRateLimit (ratelimit/service.ts): `fail_open` =
  * Redis did not answer, so the request was let through to Envoy's local limit.
