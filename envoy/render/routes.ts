@@ -193,7 +193,7 @@ function rendered(route: RouteSpec, config: Config, inCheck: boolean): Route[] {
  *      kind `geoblock`: no geo (a blocked client learns it is blocked); the rate limit applies as
  *      everywhere. Other methods fall to the catch-all: geo, then the market service's 405
  *   5. anything else → market, kind `read` (FALLBACK_KIND; it answers 404/405 itself): the reads.
- * `registry` is API_ROUTES but in the test that adds a route (envoy/test/registry-render.test.ts).
+ * `registry` is API_ROUTES but in the tests that add a route (authz/test/routes.test.ts, envoy/test/route-body-limits.test.ts).
  */
 export function routes(config: Config, listener: ListenerName = LISTENER.edge, registry: RouteRegistry = API_ROUTES): Route[] {
   // The TS service as the global limiter: the Check of every route with an upstream takes the bucket.
