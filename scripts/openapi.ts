@@ -31,6 +31,7 @@ import { ERROR_MESSAGE, ERROR_STATUS, type ErrorCode } from '../authz/src/common
 import { MARKET_DOCUMENT_SCHEMA } from '../authz/src/common/feed/schema.ts';
 import { API_ROUTES, KINDS, type OperationId, type RouteRegistry, type RouteSpec } from '../authz/src/common/routes.ts';
 import { LIMIT, PATTERN } from '../authz/src/common/rules.ts';
+import { ACCESS_RANK } from '../authz/src/common/contract.ts';
 import { ENVELOPE_SCHEMA, MARKETS_QUERY_SCHEMA, MARKETS_RESPONSE_SCHEMA, QUOTE_SCHEMA, QUOTES_QUERY_SCHEMA, QUOTES_RESPONSE_SCHEMA, ROOT_BODY } from '../authz/src/market/schemas.ts';
 import { BAD_REQUEST_MESSAGES, UPSTREAM_TIMEOUT_MESSAGE } from '../envoy/render.ts';
 import { STORE_OUTCOME_UNKNOWN_MESSAGE } from '../authz/src/market/store.ts';
@@ -487,7 +488,7 @@ export function buildOpenApi(registry: RouteRegistry = API_ROUTES): Obj {
           description: 'The caller\'s jurisdiction tier (docs/api.md "GET /v1/geoblock").',
           properties: {
             blocked: { type: 'boolean', description: 'true exactly when `access` is `blocked`.' },
-            access: { type: 'string', enum: ['blocked', 'close-only', 'full'] },
+            access: { type: 'string', enum: Object.keys(ACCESS_RANK) },
             country: { type: ['string', 'null'], pattern: PATTERN.country, description: 'ISO 3166-1 alpha-2; null when unknown or not looked up.' },
             region: { type: ['string', 'null'], pattern: PATTERN.region, description: 'ISO 3166-2 (`CA-QC`); null when the database names none.' },
             ip: { type: 'string', description: 'The client address the edge decided on (an IPv4-mapped address as its IPv4).' },

@@ -62,6 +62,12 @@ export const EDGE_SET_HEADERS: readonly string[] = [HEADER.access, HEADER.jurisd
 export type Access = 'blocked' | 'close-only' | 'full';
 
 /**
+ * Each tier's strictness, higher stricter (the stricter of two classifications wins:
+ * geo-secondary.ts). Complete by the compiler, so a new tier must be ranked.
+ */
+export const ACCESS_RANK = Object.freeze({ blocked: 2, 'close-only': 1, full: 0 } as const satisfies Record<Access, number>);
+
+/**
  * x-edge-jurisdiction when the edge determined none: a trusted address (GEO_TRUSTED_CIDRS, never
  * looked up) or an address without a country that GEO_UNKNOWN lets through. `ZZ` is the ISO 3166
  * user-assigned code CLDR uses for "unknown region"; it never collides with a real country.

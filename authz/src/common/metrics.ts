@@ -8,7 +8,7 @@
  * outside the tables are still counted, created on first use.
  */
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
-import type { Access } from './contract.ts';
+import { ACCESS_RANK, type Access } from './contract.ts';
 import { API_ROUTES, KINDS, ROUTE_KINDS, UNKNOWN_ROUTE, type RouteRegistry } from './routes.ts';
 import type { Decision } from '../authz/decision.ts';
 import type { ErrorCode } from './errors.ts';
@@ -38,7 +38,7 @@ export const GEO_VERDICTS = Object.keys({
 } satisfies Record<GeoVerdict, 0>) as GeoVerdict[];
 export const GEOIP_RELOAD_RESULTS = ['ok', 'failed'] as const;
 /** The tiers, as the shadow-disagreement metric labels them (enforced × shadow, the 6 unequal pairs). */
-export const ACCESS_TIERS: readonly Access[] = ['blocked', 'close-only', 'full'];
+export const ACCESS_TIERS = Object.keys(ACCESS_RANK) as readonly Access[];
 /** The Redis operations the authorization core counts failures of (authz.ts). */
 /** `nonce_replica_wait`: the nonce was written but no replica confirmed it in time (REDIS_MIN_REPLICAS). */
 export const REDIS_OPS = ['nonce_set', 'nonce_replica_wait', 'market_get'] as const;
