@@ -223,15 +223,7 @@ export function isRouteKind(value: string): value is RouteKind {
   return Object.hasOwn(KINDS, value);
 }
 
-/** The methods the geoblock route answers (any other: 405 from the market service, after geo). */
-export const GEOBLOCK_METHODS = routeAt(PATHS.geoblock)!.methods;
-
 /** The `allow` header of a 405 on `route`. */
 export function allowHeader(route: RouteSpec): string {
   return route.methods.join(', ');
-}
-
-/** Compile-time exhaustiveness: a `switch` over a union ends in `default: return unreachable(x)`. */
-export function unreachable(value: never): never {
-  throw new Error(`unhandled case ${String(value)}`);
 }
