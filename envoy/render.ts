@@ -39,7 +39,7 @@ import { buildServerSds, serverSdsWarnings } from './render/tls.ts';
 export type { AllowedHeaders, Json, JsonObject, RenderedEnvoy, RenderOptions } from './render/common.ts';
 export { canonicalIp, duration } from './render/common.ts';
 export {
-  AUTHZ_HEADERS, BACKEND_ORDERS_PATH, CLIENT_CERT_SECRET, CLIENT_IP_HEADER, CLIENT_PORT_HEADER, CLUSTER, FILTER,
+  AUTHZ_HEADERS, CLIENT_CERT_SECRET, CLIENT_IP_HEADER, CLIENT_PORT_HEADER, CLUSTER, FILTER,
   INGEST_PATH, LISTENER, ORDER_BODY_LUA, ORDERS_PATH, ROUTE, TYPE_URL, XFF_POLICY,
 } from './render/names.ts';
 export { ACCESS_LOG_FORMAT, ACCESS_LOG_PATH_MAX } from './render/access-log.ts';

@@ -12,7 +12,9 @@
  *   - every pattern (ids, decimals, the ingest headers, strict base64): authz/src/common/rules.ts, the
  *     same strings the code compiles (a property test proves strictBase64Length agrees with the
  *     published strict-base64 pattern).
- * What exists only here: the route table (seven operations), the OrderRequest envelope's shape
+ *   - the paths: the route registry (authz/src/common/routes.ts: method, path, operationId, summary,
+ *     tag), one operation per route, its text here (operationDetails, keyed by OperationId);
+ * What exists only here: each operation's text, the OrderRequest envelope's shape
  * (its rules come from rules.ts; schemathesis checks the running edge against it) and the prose.
  *
  *   npm run openapi            # rewrite docs/openapi.yaml
@@ -28,8 +30,9 @@ import YAML from 'yaml';
 import { DEFAULT_GEO_NOTICE, loadConfig } from '../authz/src/common/config.ts';
 import { ERROR_MESSAGE, ERROR_STATUS, type ErrorCode } from '../authz/src/common/errors.ts';
 import { MARKET_DOCUMENT_SCHEMA } from '../authz/src/common/feed/schema.ts';
-import { PATHS } from '../authz/src/common/contract.ts';
+import { API_ROUTES, KINDS, type OperationId, type RouteRegistry, type RouteSpec } from '../authz/src/common/routes.ts';
 import { LIMIT, PATTERN } from '../authz/src/common/rules.ts';
+import { ACCESS_RANK } from '../authz/src/common/contract.ts';
 import { ENVELOPE_SCHEMA, MARKETS_QUERY_SCHEMA, MARKETS_RESPONSE_SCHEMA, QUOTE_SCHEMA, QUOTES_QUERY_SCHEMA, QUOTES_RESPONSE_SCHEMA, ROOT_BODY } from '../authz/src/market/schemas.ts';
 import { BAD_REQUEST_MESSAGES, UPSTREAM_TIMEOUT_MESSAGE } from '../envoy/render.ts';
 import { STORE_OUTCOME_UNKNOWN_MESSAGE } from '../authz/src/market/store.ts';
@@ -116,41 +119,202 @@ const PARAM_TEXT: Readonly<Record<string, string>> = {
   cursor: 'The `nextCursor` of the previous page (opaque; only cursors this service issued are accepted).',
 };
 
-function readOperation(opts: { opId: string; summary: string; description: string; query: { properties: Obj }; ok: string; linkName: string }): Obj {
+function readOperation(opId: OperationId, opts: { description: string; query: { properties: Obj }; ok: string; linkName: string }): Obj {
   const cacheHeaders = { ETag: { ...headerRef('ETag') }, 'Cache-Control': headerRef('CacheControl') };
   return {
-    get: {
-      operationId: opts.opId, security: [], summary: opts.summary, tags: ['market data'],
-      description: `${opts.description}\n\nHEAD is answered like GET without a body. Unknown, repeated or malformed query parameters, or more than ${LIMIT.queryIds} \`conditionId\` values, → 400 \`invalid_query\`.`,
-      parameters: [
-        ...Object.entries(opts.query.properties).map(([name, schema]) => ({
-          name, in: 'query', required: false, schema, description: PARAM_TEXT[name] ?? name,
-        })),
-        {
-          name: 'If-None-Match', in: 'header', required: false, schema: { type: 'string', maxLength: 256 },
-          description: 'The ETag of a page already held: 304 when the page is unchanged.',
-        },
-      ],
-      responses: {
-        '200': {
-          description: 'A page, ordered by conditionId.',
-          headers: { ...cacheHeaders, ...commonHeaders() },
-          content: json(schemaRef(opts.ok)),
-          links: {
-            [opts.linkName]: {
-              operationId: opts.opId,
-              description: 'The next page (`nextCursor` is null on the last one).',
-              parameters: { cursor: '$response.body#/nextCursor' },
-            },
+    security: [],
+    description: `${opts.description}\n\nHEAD is answered like GET without a body. Unknown, repeated or malformed query parameters, or more than ${LIMIT.queryIds} \`conditionId\` values, → 400 \`invalid_query\`.`,
+    parameters: [
+      ...Object.entries(opts.query.properties).map(([name, schema]) => ({
+        name, in: 'query', required: false, schema, description: PARAM_TEXT[name] ?? name,
+      })),
+      {
+        name: 'If-None-Match', in: 'header', required: false, schema: { type: 'string', maxLength: 256 },
+        description: 'The ETag of a page already held: 304 when the page is unchanged.',
+      },
+    ],
+    responses: {
+      '200': {
+        description: 'A page, ordered by conditionId.',
+        headers: { ...cacheHeaders, ...commonHeaders() },
+        content: json(schemaRef(opts.ok)),
+        links: {
+          [opts.linkName]: {
+            operationId: opId,
+            description: 'The next page (`nextCursor` is null on the last one).',
+            parameters: { cursor: '$response.body#/nextCursor' },
           },
         },
-        '304': { description: 'Not modified: If-None-Match matched the page\'s ETag. No body.', headers: { ...cacheHeaders, ...commonHeaders() } },
-        '400': errorResponse(400, ['invalid_query', 'bad_request']),
-        '504': responseRef('UpstreamTimeout'),
-        ...commonErrors(),
       },
+      '304': { description: 'Not modified: If-None-Match matched the page\'s ETag. No body.', headers: { ...cacheHeaders, ...commonHeaders() } },
+      '400': errorResponse(400, ['invalid_query', 'bad_request']),
+      '504': responseRef('UpstreamTimeout'),
+      ...commonErrors(),
     },
   };
+}
+
+// ─── The operations, one per registry route ────────────────────────────────────────────────
+
+/**
+ * What the OpenAPI document says about each operation beyond its registry entry (routes.ts:
+ * method, path, operationId, summary, tag): one per OperationId, so a route added to the
+ * registry without its text here fails typecheck.
+ */
+function operationDetails(root: Record<string, string>): Record<OperationId, Obj> {
+  return {
+      getRoot: {
+        security: [],
+        responses: {
+          '200': { description: 'Service, version and API.', headers: commonHeaders(), content: json(schemaRef('Root'), { example: root }) },
+          '400': errorResponse(400, ['bad_request']),
+          ...commonErrors(),
+        },
+      },
+      getHealth: {
+        security: [],
+        description: 'Subject to rate limiting and geo like every route (the kubelet should probe Envoy\'s admin `/ready` instead).',
+        responses: {
+          '200': { description: 'Ready.', headers: { 'Cache-Control': headerRef('CacheControl'), ...commonHeaders() }, content: json(schemaRef('HealthOk')) },
+          '400': errorResponse(400, ['bad_request']),
+          ...commonErrors(),
+          '503': {
+            description: 'Not ready (`status: unavailable` with the failing checks), or, from Envoy/authz, `service_unavailable` / `sealed`.',
+            headers: { 'Cache-Control': headerRef('CacheControl'), ...commonHeaders() },
+            content: json({ oneOf: [schemaRef('HealthUnavailable'), { allOf: [schemaRef('Error'), { properties: { error: { enum: codesOf(503) } } }] }] }),
+          },
+        },
+      },
+      listMarkets: readOperation('listMarkets', {
+        ok: 'MarketsPage', linkName: 'NextMarketsPage', query: MARKETS_QUERY_SCHEMA,
+        description: 'Each market is the feed document exactly as signed (unknown fields kept) plus `envelope` {d, s, k}: '
+          + 'verify it yourself with SHA-256(base64-decode(d)) and the feed\'s Ed25519 public key.',
+      }),
+      listQuotes: readOperation('listQuotes', {
+        ok: 'QuotesPage', linkName: 'NextQuotesPage', query: QUOTES_QUERY_SCHEMA,
+        description: 'A page holds every outcome row of up to `limit` markets, ordered by conditionId.',
+      }),
+      getGeoblock: {
+        security: [],
+        description: 'What the edge decides for the caller\'s client address (the one Envoy computed, as geo and the rate limit see it): '
+          + '`blocked` (every route but this one answers 451), `close-only` (reads allowed; orders forwarded with `x-edge-access: close-only`, '
+          + 'the backend accepts only orders that reduce a position) or `full`. **Answered for every client, blocked ones too** (geo does not '
+          + 'apply to this route; the rate limit does). `country` is the database\'s ISO 3166-1 code, `region` the ISO 3166-2 region whose rule '
+          + 'applied, else the database\'s first subdivision; both null when unknown or not looked up (an address in GEO_TRUSTED_CIDRS). '
+          + '`region` is null with a `country` when the record names no subdivision; if that country has a region rule, the tier is the one '
+          + 'GEO_REGION_UNKNOWN gives (default: the strictest of its region rules and its own). An IPv6 address that embeds an IPv4 (6to4, NAT64, '
+          + 'SIIT, Teredo) is judged as that IPv4; `ip` is the address as received. '
+          + 'Never cached. HEAD is answered like GET without a body; any query parameter → 400 `invalid_query`; another method → 405 '
+          + '(after geo, like every other route).',
+        responses: {
+          '200': {
+            description: 'The caller\'s tier.',
+            headers: { 'Cache-Control': { description: 'Always `no-store`.', required: true, schema: { type: 'string', const: 'no-store' } }, ...commonHeaders() },
+            content: json(schemaRef('Geoblock'), { example: { blocked: false, access: 'close-only', country: 'PL', region: null, ip: '203.0.113.7', policy: 'venue-2026-05-14' } }),
+          },
+          '400': errorResponse(400, ['invalid_query', 'bad_request']),
+          '504': responseRef('UpstreamTimeout'),
+          ...(({ '451': _, ...rest }) => rest)(commonErrors()),
+        },
+      },
+      placeOrder: {
+        security: [],
+        description: 'The edge checks the envelope (market known, active and open; deadline; size; payload) and then forwards the '
+          + 'base64-decoded `payload` byte-exact to the order backend (`POST /orders`, mTLS, `content-type: application/octet-stream`, '
+          + 'with `x-edge-market-id`, `x-edge-deadline`, `x-edge-size`, `x-request-id`, and the client\'s tier: `x-edge-access: full|close-only` '
+          + 'and `x-edge-jurisdiction` (see GET /v1/geoblock), and `x-edge-policy`: the version of the geo policy that admitted it; a client\'s own copies of these headers never reach the backend). **The backend\'s status and body come back '
+          + 'unchanged** — their schema is the backend\'s, not the edge\'s. Orders are never retried by the edge; keep the '
+          + '`X-Request-Id` of every answer (the backend can deduplicate on it).\n\n'
+          + `Limits: body ≤ ORDER_MAX_BYTES (default ${defaults.orderMaxBytes}) → else 413; arrays and objects nested at most ${LIMIT.orderJsonDepth} levels deep, the envelope being level 1 → else 400 \`invalid_json\`; decoded payload 1..ORDER_PAYLOAD_MAX_BYTES `
+          + `(default ${defaults.orderPayloadMaxBytes}); deadline ≤ now + ORDER_MAX_TTL_SECS (default ${defaults.orderMaxTtlSecs}).`,
+        requestBody: { required: true, content: json(schemaRef('OrderRequest')) },
+        responses: {
+          '2XX': {
+            description: 'Accepted by the edge: the order backend\'s answer, status and body passed through unchanged (any media type; the demo backend answers 200 JSON). '
+              + 'A non-2xx answer of the backend is passed through unchanged as well.',
+            headers: { 'X-Request-Id': headerRef('RequestId') },
+            content: { '*/*': { schema: { description: 'The order backend\'s body, unchanged.' } } },
+          },
+          '400': errorResponse(400, ['invalid_json', 'invalid_order', 'bad_request'], { note: '`field` names the offending field on `invalid_order`' }),
+          '404': errorResponse(404, ['unknown_market']),
+          '409': errorResponse(409, ['market_closed']),
+          '413': errorResponse(413, ['payload_too_large'], { cacheControl: false, headers: { Connection: headerRef('ConnectionClose') } }),
+          '422': errorResponse(422, ['deadline_expired', 'deadline_too_far', 'invalid_size']),
+          '502': errorResponse(502, ['backend_unavailable'], { cacheControl: false, note: 'The order did **not** reach the backend (connect or TLS failure); it may be resubmitted' }),
+          '504': errorResponse(504, ['backend_timeout'], { cacheControl: false, note: 'The outcome is **unknown**: the backend may have received the order. Check with the venue before resubmitting; quote `X-Request-Id`' }),
+          ...commonErrors(),
+        },
+      },
+      ingestMarket: {
+        description: 'Two signatures. **Request:** HMAC-SHA256 with `EDGE_INGEST_HMAC` over `<X-Edge-Timestamp>.<X-Edge-Nonce>.<raw body bytes>`, '
+          + `sent as \`X-Edge-Signature: v1=<hex>\`; |now − timestamp| ≤ REPLAY_WINDOW_SECS (default ${defaults.replayWindowSecs}); each nonce is accepted once `
+          + `within NONCE_TTL_SECS (default ${defaults.nonceTtlSecs}). **Content:** \`d\` is base64 of the market document, \`s\` the hex Ed25519 signature of `
+          + 'SHA-256(document) by a feed key, `k` = `ed25519-sha256`.\n\n'
+          + 'Order of checks: headers well-formed → window → HMAC → nonce recorded → envelope → Ed25519 → document schema → store (seq must grow). '
+          + `200 only after the record is durably stored; any failure stores nothing. Body ≤ INGEST_MAX_BYTES (default ${defaults.ingestMaxBytes}).\n\n`
+          + 'Served on INGEST_PORT when it is set (the client port then answers this path 404 before reading a body). The headers are decided before '
+          + `the body is read; at most INGEST_MAX_PENDING_PER_CLIENT (default ${defaults.ingestMaxPendingPerClient}) ingests per address may be waiting for their `
+          + `body (429 \`too many requests\` with Retry-After beyond), and the body must arrive within REQUEST_BODY_TIMEOUT_MS (default ${defaults.requestBodyTimeoutMs} ms; 408 beyond).`,
+        security: [{ edgeSignature: [], edgeTimestamp: [], edgeNonce: [] }],
+        parameters: [
+          { name: 'X-Edge-Timestamp', in: 'header', required: true, schema: { type: 'string', pattern: PATTERN.timestamp }, description: 'Unix seconds (int64).' },
+          { name: 'X-Edge-Nonce', in: 'header', required: true, schema: { type: 'string', pattern: PATTERN.nonce }, description: 'Unique per request.' },
+          { name: 'X-Edge-Signature', in: 'header', required: true, schema: { type: 'string', pattern: PATTERN.signature }, description: '`v1=` + hex HMAC-SHA256.' },
+        ],
+        requestBody: { required: true, content: json(schemaRef('IngestRequest')) },
+        responses: {
+          '200': {
+            description: 'Stored.',
+            headers: { 'Cache-Control': headerRef('CacheControl'), ...commonHeaders() },
+            content: json(schemaRef('IngestStored')),
+            links: {
+              ReadStoredMarket: { operationId: 'listMarkets', description: 'The stored market, with its envelope.', parameters: { conditionId: '$response.body#/conditionId' } },
+              ReadStoredQuotes: { operationId: 'listQuotes', description: 'Its quote rows.', parameters: { conditionId: '$response.body#/conditionId' } },
+              OrderOnStoredMarket: { operationId: 'placeOrder', description: 'An order on the stored market.', requestBody: { marketId: '$response.body#/conditionId' } },
+            },
+          },
+          '400': errorResponse(400, ['invalid_json', 'invalid_envelope', 'bad_request']),
+          '401': errorResponse(401, ['unauthorized', 'timestamp expired', 'ingest_replay', 'invalid_content_signature']),
+          '404': errorResponse(404, ['not_found'], { note: 'On the client port (EDGE_PORT) when INGEST_PORT is set: ingest is served on that port alone' }),
+          '409': errorResponse(409, ['stale_document']),
+          '413': errorResponse(413, ['payload_too_large'], { cacheControl: false, headers: { Connection: headerRef('ConnectionClose') } }),
+          '504': responseRef('UpstreamTimeout'),
+          ...commonErrors(),
+        },
+      },
+  };
+}
+
+/** The common answers of a route (protocol, limiter, dependencies; geo where its kind applies geo). */
+function routeCommonErrors(route: RouteSpec): Obj {
+  const { '451': restricted, ...rest } = commonErrors();
+  return KINDS[route.kind].geo ? { ...rest, '451': restricted } : rest;
+}
+
+/**
+ * The paths, from the route registry in its order. A route whose operation has no text in
+ * operationDetails (only a registry a test extends) is described by its registry entry alone:
+ * its summary, its tag and its errors.
+ */
+export function buildPaths(registry: RouteRegistry = API_ROUTES, root: Record<string, string> = JSON.parse(ROOT_BODY) as Record<string, string>): Obj {
+  const details: Partial<Record<string, Obj>> = operationDetails(root);
+  const paths: Obj = {};
+  for (const route of registry) {
+    const { operationId, summary, tag } = route.openapi;
+    const detail = details[operationId] ?? {
+      security: [],
+      responses: { '200': { description: 'Success.', headers: commonHeaders() }, ...errorResponses(route.errors), ...routeCommonErrors(route) },
+    };
+    paths[route.path] = { [route.methods[0]!.toLowerCase()]: { operationId, summary, tags: [tag], ...detail } };
+  }
+  return paths;
+}
+
+/** One error response per status of `codes` (with bad_request on 400), by errorResponse. */
+function errorResponses(codes: readonly ErrorCode[]): Obj {
+  const byStatus = new Map<number, ErrorCode[]>();
+  for (const c of codes) byStatus.set(ERROR_STATUS[c], [...(byStatus.get(ERROR_STATUS[c]) ?? []), c]);
+  return Object.fromEntries([...byStatus].map(([status, cs]) => [String(status), errorResponse(status, status === 400 ? [...cs, 'bad_request'] : cs)]));
 }
 
 // ─── The document ─────────────────────────────────────────────────────────────────────────
@@ -185,7 +349,7 @@ refilled with \`RPS_PER_IP\` (default ${defaults.rpsPerIp}) per second (an IPv6 
 **Status pass-through.** \`POST /v1/orders\` returns the order backend's own status and body unchanged
 when the edge accepted the order; every other answer on every route is described here.`;
 
-export function buildOpenApi(): Obj {
+export function buildOpenApi(registry: RouteRegistry = API_ROUTES): Obj {
   const marketDoc = { ...MARKET_DOCUMENT_SCHEMA } as Obj;
   delete marketDoc['$id'];
   const marketsItems = MARKETS_RESPONSE_SCHEMA.properties.markets.items as Obj;
@@ -202,7 +366,7 @@ export function buildOpenApi(): Obj {
       { url: `http://127.0.0.1:${defaults.edgePort}`, description: 'local stack (npm start); Envoy\'s client listener EDGE_PORT' },
       {
         url: `https://localhost:${defaults.edgePort}`,
-        description: 'the same listener over TLS (EDGE_TLS_CERT_FILE/EDGE_TLS_KEY_FILE: docker-compose, with the CA deploy/.secrets/pki/edge-ca.crt; the production Kubernetes overlay; npm start with DEV_EDGE_TLS=1): TLS 1.2/1.3, ALPN h2 or http/1.1; plaintext is then refused',
+        description: 'the same listener over TLS (EDGE_TLS_CERT_FILE/EDGE_TLS_KEY_FILE; npm start with DEV_EDGE_TLS=1): TLS 1.2/1.3, ALPN h2 or http/1.1; plaintext is then refused',
       },
     ],
     tags: [
@@ -211,138 +375,7 @@ export function buildOpenApi(): Obj {
       { name: 'orders', description: 'Signed orders forwarded to the order backend over mTLS.' },
       { name: 'ingest', description: 'The feed pipeline\'s signed writes.' },
     ],
-    paths: {
-      [PATHS.root]: {
-        get: {
-          operationId: 'getRoot', security: [], summary: 'Service identification', tags: ['public'],
-          responses: {
-            '200': { description: 'Service, version and API.', headers: commonHeaders(), content: json(schemaRef('Root'), { example: root }) },
-            '400': errorResponse(400, ['bad_request']),
-            ...commonErrors(),
-          },
-        },
-      },
-      [PATHS.healthz]: {
-        get: {
-          operationId: 'getHealth', security: [], summary: 'Readiness of authz, GeoIP and the store', tags: ['public'],
-          description: 'Subject to rate limiting and geo like every route (the kubelet should probe Envoy\'s admin `/ready` instead).',
-          responses: {
-            '200': { description: 'Ready.', headers: { 'Cache-Control': headerRef('CacheControl'), ...commonHeaders() }, content: json(schemaRef('HealthOk')) },
-            '400': errorResponse(400, ['bad_request']),
-            ...commonErrors(),
-            '503': {
-              description: 'Not ready (`status: unavailable` with the failing checks), or, from Envoy/authz, `service_unavailable` / `sealed`.',
-              headers: { 'Cache-Control': headerRef('CacheControl'), ...commonHeaders() },
-              content: json({ oneOf: [schemaRef('HealthUnavailable'), { allOf: [schemaRef('Error'), { properties: { error: { enum: codesOf(503) } } }] }] }),
-            },
-          },
-        },
-      },
-      [PATHS.markets]: readOperation({
-        opId: 'listMarkets', summary: 'Markets with their signed envelopes', ok: 'MarketsPage', linkName: 'NextMarketsPage', query: MARKETS_QUERY_SCHEMA,
-        description: 'Each market is the feed document exactly as signed (unknown fields kept) plus `envelope` {d, s, k}: '
-          + 'verify it yourself with SHA-256(base64-decode(d)) and the feed\'s Ed25519 public key.',
-      }),
-      [PATHS.quotes]: readOperation({
-        opId: 'listQuotes', summary: 'Quote rows, one per outcome', ok: 'QuotesPage', linkName: 'NextQuotesPage', query: QUOTES_QUERY_SCHEMA,
-        description: 'A page holds every outcome row of up to `limit` markets, ordered by conditionId.',
-      }),
-      [PATHS.geoblock]: {
-        get: {
-          operationId: 'getGeoblock', security: [], summary: 'The caller\'s jurisdiction tier', tags: ['public'],
-          description: 'What the edge decides for the caller\'s client address (the one Envoy computed, as geo and the rate limit see it): '
-            + '`blocked` (every route but this one answers 451), `close-only` (reads allowed; orders forwarded with `x-edge-access: close-only`, '
-            + 'the backend accepts only orders that reduce a position) or `full`. **Answered for every client, blocked ones too** (geo does not '
-            + 'apply to this route; the rate limit does). `country` is the database\'s ISO 3166-1 code, `region` the ISO 3166-2 region whose rule '
-            + 'applied, else the database\'s first subdivision; both null when unknown or not looked up (an address in GEO_TRUSTED_CIDRS). '
-            + '`region` is null with a `country` when the record names no subdivision; if that country has a region rule, the tier is the one '
-            + 'GEO_REGION_UNKNOWN gives (default: the strictest of its region rules and its own). An IPv6 address that embeds an IPv4 (6to4, NAT64, '
-            + 'SIIT, Teredo) is judged as that IPv4; `ip` is the address as received. '
-            + 'Never cached. HEAD is answered like GET without a body; any query parameter → 400 `invalid_query`; another method → 405 '
-            + '(after geo, like every other route).',
-          responses: {
-            '200': {
-              description: 'The caller\'s tier.',
-              headers: { 'Cache-Control': { description: 'Always `no-store`.', required: true, schema: { type: 'string', const: 'no-store' } }, ...commonHeaders() },
-              content: json(schemaRef('Geoblock'), { example: { blocked: false, access: 'close-only', country: 'PL', region: null, ip: '203.0.113.7', policy: 'venue-2026-05-14' } }),
-            },
-            '400': errorResponse(400, ['invalid_query', 'bad_request']),
-            '504': responseRef('UpstreamTimeout'),
-            ...(({ '451': _, ...rest }) => rest)(commonErrors()),
-          },
-        },
-      },
-      [PATHS.orders]: {
-        post: {
-          operationId: 'placeOrder', security: [], summary: 'Forward a signed order to the order backend', tags: ['orders'],
-          description: 'The edge checks the envelope (market known, active and open; deadline; size; payload) and then forwards the '
-            + 'base64-decoded `payload` byte-exact to the order backend (`POST /orders`, mTLS, `content-type: application/octet-stream`, '
-            + 'with `x-edge-market-id`, `x-edge-deadline`, `x-edge-size`, `x-request-id`, and the client\'s tier: `x-edge-access: full|close-only` '
-            + 'and `x-edge-jurisdiction` (see GET /v1/geoblock), and `x-edge-policy`: the version of the geo policy that admitted it; a client\'s own copies of these headers never reach the backend). **The backend\'s status and body come back '
-            + 'unchanged** — their schema is the backend\'s, not the edge\'s. Orders are never retried by the edge; keep the '
-            + '`X-Request-Id` of every answer (the backend can deduplicate on it).\n\n'
-            + `Limits: body ≤ ORDER_MAX_BYTES (default ${defaults.orderMaxBytes}) → else 413; arrays and objects nested at most ${LIMIT.orderJsonDepth} levels deep, the envelope being level 1 → else 400 \`invalid_json\`; decoded payload 1..ORDER_PAYLOAD_MAX_BYTES `
-            + `(default ${defaults.orderPayloadMaxBytes}); deadline ≤ now + ORDER_MAX_TTL_SECS (default ${defaults.orderMaxTtlSecs}).`,
-          requestBody: { required: true, content: json(schemaRef('OrderRequest')) },
-          responses: {
-            '2XX': {
-              description: 'Accepted by the edge: the order backend\'s answer, status and body passed through unchanged (any media type; the demo backend answers 200 JSON). '
-                + 'A non-2xx answer of the backend is passed through unchanged as well.',
-              headers: { 'X-Request-Id': headerRef('RequestId') },
-              content: { '*/*': { schema: { description: 'The order backend\'s body, unchanged.' } } },
-            },
-            '400': errorResponse(400, ['invalid_json', 'invalid_order', 'bad_request'], { note: '`field` names the offending field on `invalid_order`' }),
-            '404': errorResponse(404, ['unknown_market']),
-            '409': errorResponse(409, ['market_closed']),
-            '413': errorResponse(413, ['payload_too_large'], { cacheControl: false, headers: { Connection: headerRef('ConnectionClose') } }),
-            '422': errorResponse(422, ['deadline_expired', 'deadline_too_far', 'invalid_size']),
-            '502': errorResponse(502, ['backend_unavailable'], { cacheControl: false, note: 'The order did **not** reach the backend (connect or TLS failure); it may be resubmitted' }),
-            '504': errorResponse(504, ['backend_timeout'], { cacheControl: false, note: 'The outcome is **unknown**: the backend may have received the order. Check with the venue before resubmitting; quote `X-Request-Id`' }),
-            ...commonErrors(),
-          },
-        },
-      },
-      [PATHS.ingest]: {
-        post: {
-          operationId: 'ingestMarket', summary: 'Store a signed market document from the feed pipeline', tags: ['ingest'],
-          description: 'Two signatures. **Request:** HMAC-SHA256 with `EDGE_INGEST_HMAC` over `<X-Edge-Timestamp>.<X-Edge-Nonce>.<raw body bytes>`, '
-            + `sent as \`X-Edge-Signature: v1=<hex>\`; |now − timestamp| ≤ REPLAY_WINDOW_SECS (default ${defaults.replayWindowSecs}); each nonce is accepted once `
-            + `within NONCE_TTL_SECS (default ${defaults.nonceTtlSecs}). **Content:** \`d\` is base64 of the market document, \`s\` the hex Ed25519 signature of `
-            + 'SHA-256(document) by a feed key, `k` = `ed25519-sha256`.\n\n'
-            + 'Order of checks: headers well-formed → window → HMAC → nonce recorded → envelope → Ed25519 → document schema → store (seq must grow). '
-            + `200 only after the record is durably stored; any failure stores nothing. Body ≤ INGEST_MAX_BYTES (default ${defaults.ingestMaxBytes}).\n\n`
-            + 'Served on INGEST_PORT when it is set (the client port then answers this path 404 before reading a body). The headers are decided before '
-            + `the body is read; at most INGEST_MAX_PENDING_PER_CLIENT (default ${defaults.ingestMaxPendingPerClient}) ingests per address may be waiting for their `
-            + `body (429 \`too many requests\` with Retry-After beyond), and the body must arrive within REQUEST_BODY_TIMEOUT_MS (default ${defaults.requestBodyTimeoutMs} ms; 408 beyond).`,
-          security: [{ edgeSignature: [], edgeTimestamp: [], edgeNonce: [] }],
-          parameters: [
-            { name: 'X-Edge-Timestamp', in: 'header', required: true, schema: { type: 'string', pattern: PATTERN.timestamp }, description: 'Unix seconds (int64).' },
-            { name: 'X-Edge-Nonce', in: 'header', required: true, schema: { type: 'string', pattern: PATTERN.nonce }, description: 'Unique per request.' },
-            { name: 'X-Edge-Signature', in: 'header', required: true, schema: { type: 'string', pattern: PATTERN.signature }, description: '`v1=` + hex HMAC-SHA256.' },
-          ],
-          requestBody: { required: true, content: json(schemaRef('IngestRequest')) },
-          responses: {
-            '200': {
-              description: 'Stored.',
-              headers: { 'Cache-Control': headerRef('CacheControl'), ...commonHeaders() },
-              content: json(schemaRef('IngestStored')),
-              links: {
-                ReadStoredMarket: { operationId: 'listMarkets', description: 'The stored market, with its envelope.', parameters: { conditionId: '$response.body#/conditionId' } },
-                ReadStoredQuotes: { operationId: 'listQuotes', description: 'Its quote rows.', parameters: { conditionId: '$response.body#/conditionId' } },
-                OrderOnStoredMarket: { operationId: 'placeOrder', description: 'An order on the stored market.', requestBody: { marketId: '$response.body#/conditionId' } },
-              },
-            },
-            '400': errorResponse(400, ['invalid_json', 'invalid_envelope', 'bad_request']),
-            '401': errorResponse(401, ['unauthorized', 'timestamp expired', 'ingest_replay', 'invalid_content_signature']),
-            '404': errorResponse(404, ['not_found'], { note: 'On the client port (EDGE_PORT) when INGEST_PORT is set: ingest is served on that port alone' }),
-            '409': errorResponse(409, ['stale_document']),
-            '413': errorResponse(413, ['payload_too_large'], { cacheControl: false, headers: { Connection: headerRef('ConnectionClose') } }),
-            '504': responseRef('UpstreamTimeout'),
-            ...commonErrors(),
-          },
-        },
-      },
-    },
+    paths: buildPaths(registry, root),
     'x-unlisted-routes': {
       description: 'Answers to a path not listed above (404) or a listed path with a method it does not list (405, with `Allow`). '
         + 'The protocol, limiter, geo and dependency answers of every route apply as well. Validated by e2e/lib/openapi-validate.ts.',
@@ -456,7 +489,7 @@ export function buildOpenApi(): Obj {
           description: 'The caller\'s jurisdiction tier (docs/api.md "GET /v1/geoblock").',
           properties: {
             blocked: { type: 'boolean', description: 'true exactly when `access` is `blocked`.' },
-            access: { type: 'string', enum: ['blocked', 'close-only', 'full'] },
+            access: { type: 'string', enum: Object.keys(ACCESS_RANK) },
             country: { type: ['string', 'null'], pattern: PATTERN.country, description: 'ISO 3166-1 alpha-2; null when unknown or not looked up.' },
             region: { type: ['string', 'null'], pattern: PATTERN.region, description: 'ISO 3166-2 (`CA-QC`); null when the database names none.' },
             ip: { type: 'string', description: 'The client address the edge decided on (an IPv4-mapped address as its IPv4).' },

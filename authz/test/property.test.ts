@@ -19,7 +19,7 @@ import nacl from 'tweetnacl';
 import { geoDenial, type Decision } from '../src/authz/decision.ts';
 import { decodeCheckRequest, type AuthzInput } from '../src/authz/codec/request.ts';
 import { MemoryNonceStore } from '../src/common/adapters/nonce-store.ts';
-import { classify, PATHS } from '../src/common/contract.ts';
+import { classify, PATHS } from '../src/common/routes.ts';
 import { evaluate, type PipelineDeps } from '../src/authz/pipeline.ts';
 import { decodeStrictBase64, PATTERN, strictBase64Length } from '../src/common/rules.ts';
 import { createGeoClassifier, GEO_TRUSTED } from '../src/authz/stages/geo.ts';

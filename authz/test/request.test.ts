@@ -14,7 +14,7 @@ import { loadPackageDefinition, SERVICE_NAMES } from '../../proto/index.ts';
 import { decodeCheckRequest, type AuthzInput } from '../src/authz/codec/request.ts';
 import { geoDenial } from '../src/authz/decision.ts';
 import { GEO_TRUSTED, geoResult } from '../src/authz/stages/geo.ts';
-import { JURISDICTION_NONE } from '../src/common/contract.ts';
+import { JURISDICTION_NONE, type RouteKind } from '../src/common/contract.ts';
 import { MemoryNonceStore } from '../src/common/adapters/nonce-store.ts';
 import { evaluate, type PipelineDeps } from '../src/authz/pipeline.ts';
 import { checkRequestObject, fakeMarkets, fixedClock, HMAC_KEY, hmacHeaders, ingestBody, marketDoc, newFeedKey, type CheckSpec } from './helpers.ts';
@@ -86,7 +86,8 @@ function fullDecode(wire: Buffer): AuthzInput {
     // Offsets into raw_body are offsets into what Envoy forwards; into the sanitized string, not.
     ...(http.raw_body !== undefined ? { bodyExact: true } : {}),
     phase: req.attributes?.context_extensions?.['phase'] === 'headers' ? 'headers' : undefined,
-    route: ((r) => (r === 'ingest' || r === 'order' || r === 'read' ? r : undefined))(req.attributes?.context_extensions?.['route']),
+    // A route value Envoy sent that is no route kind is kept as `unknown` (denied), never dropped.
+    route: ((r) => (r === undefined ? undefined : ['ingest', 'order', 'read', 'geoblock'].includes(r) ? r as RouteKind : 'unknown' as const))(req.attributes?.context_extensions?.['route']),
   };
 }
 
@@ -143,8 +144,20 @@ const cases: Record<string, Case> = {
   'context_extensions route names the route Envoy matched': {
     spec: { method: 'GET', path: '/v1/markets', contextExtensions: { route: 'read' } }, expect: { route: 'read' },
   },
-  'an unknown route value, or a client header named route, is no route': {
-    spec: { method: 'POST', path: '/v1/orders', headers: { route: 'read' }, contextExtensions: { route: 'admin' } }, expect: { route: undefined },
+  'fail closed – a route value the registry does not know is kept as unknown, never dropped (which would classify it)': {
+    spec: { method: 'GET', path: '/v1/markets', contextExtensions: { route: 'admin' } }, expect: { route: 'unknown' },
+  },
+  'fail closed – an empty route value is unknown too': {
+    spec: { method: 'POST', path: '/v1/orders', contextExtensions: { route: '' } }, expect: { route: 'unknown' },
+  },
+  'a route value named like an object key (constructor) is unknown': {
+    spec: { method: 'GET', path: '/', contextExtensions: { route: 'constructor' } }, expect: { route: 'unknown' },
+  },
+  'the geoblock route value is the geoblock kind': {
+    spec: { method: 'GET', path: '/v1/geoblock', contextExtensions: { route: 'geoblock' } }, expect: { route: 'geoblock' },
+  },
+  'a client header named route is no route (a hand-made Check: classified later)': {
+    spec: { method: 'POST', path: '/v1/orders', headers: { route: 'read' } }, expect: { route: undefined },
   },
 };
 

@@ -28,7 +28,7 @@ import { decisionLine, DECISION_MSG } from '../../authz/src/authz/decision-log.t
 import { checkDocument, parseIngestBody, verifyEnvelopeSignature } from '../../authz/src/common/feed/envelope.ts';
 import { createLogger } from '../../authz/src/common/log.ts';
 import { createMetrics } from '../../authz/src/common/metrics.ts';
-import { classify } from '../../authz/src/common/contract.ts';
+import { classify } from '../../authz/src/common/routes.ts';
 import { evaluate } from '../../authz/src/authz/pipeline.ts';
 import { systemClock, type GeoRecord } from '../../authz/src/common/ports.ts';
 import { secondaryGeo } from '../../authz/src/authz/geo-secondary.ts';

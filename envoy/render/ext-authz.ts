@@ -3,7 +3,8 @@
  * per-route check settings they read.
  */
 import type { Config } from '../../authz/src/common/config.ts';
-import { CONTEXT_EXTENSION, GLOBAL_LIMIT_IN_CHECK, HEADER_PHASE, type RouteKind } from '../../authz/src/common/contract.ts';
+import { CONTEXT_EXTENSION, GLOBAL_LIMIT_IN_CHECK, HEADER_PHASE } from '../../authz/src/common/contract.ts';
+import type { RouteKind } from '../../authz/src/common/routes.ts';
 import { duration, typedConfig, typedExtension, type JsonObject, type RenderOptions, type TypedConfig, type TypedExtension } from './common.ts';
 import { AUTHZ_HEADERS, CLUSTER, FILTER, TYPE_URL } from './names.ts';
 
@@ -67,13 +68,16 @@ export function headerPhaseFilter(config: Config, opts: RenderOptions): TypedExt
  * under the local limit only, as with the ratelimit filter (which skips them). On the routes with
  * a header phase the mark goes to that phase instead (headerPhasePerRoute): one token per request,
  * taken before the body is buffered.
+ *
+ * `bodyLimit` is the route's own limit (its registry entry's, authz/src/common/routes.ts), never
+ * chosen here by kind: a route without one has its body streamed to the upstream, not buffered.
  */
-export function authzPerRoute(kind: RouteKind, config: Config, globalLimit = false): TypedConfig {
-  const checkSettings = kind === 'read' || kind === 'geoblock'
-    // Reads: authz decides on method, path and client address; buffering a body would only
-    // add latency and bytes on the wire. Bodies stream to the market service, which rejects them.
+export function authzPerRoute(kind: RouteKind, bodyLimit: number | undefined, globalLimit = false): TypedConfig {
+  const checkSettings = bodyLimit === undefined
+    // Decided on method, path and client address; buffering a body would only add latency and
+    // bytes on the wire. Bodies stream to the market service, which rejects them.
     ? { disable_request_body_buffering: true }
-    : { with_request_body: bodySettings(kind === 'ingest' ? config.ingestMaxBytes : config.orderMaxBytes) };
+    : { with_request_body: bodySettings(bodyLimit) };
   return typedConfig(TYPE_URL.extAuthzPerRoute, {
     // Lets the authz service (and grpcurl/log readers) see which route Envoy chose.
     check_settings: {
@@ -83,14 +87,11 @@ export function authzPerRoute(kind: RouteKind, config: Config, globalLimit = fal
   });
 }
 
-/** The routes with a header phase: those whose body authz reads. */
-export type BodyRouteKind = Extract<RouteKind, 'ingest' | 'order'>;
-
 /**
- * The header-phase filter's per-route config, which enables it on an ingest or orders route; with
- * `globalLimit` its Check takes the global bucket (the body phase's does not).
+ * The header-phase filter's per-route config, which enables it on a route whose body authz reads
+ * (an ingest or an order); with `globalLimit` its Check takes the global bucket (the body phase's does not).
  */
-export function headerPhasePerRoute(kind: BodyRouteKind, globalLimit = false): TypedConfig {
+export function headerPhasePerRoute(kind: RouteKind, globalLimit = false): TypedConfig {
   return typedConfig(TYPE_URL.extAuthzPerRoute, {
     check_settings: {
       disable_request_body_buffering: true,

@@ -18,8 +18,6 @@ export const AUTHZ_HEADERS = [HEADER.clientIp, HEADER.timestamp, HEADER.nonce, H
 export const INGEST_PATH = PATHS.ingest;
 export const ORDERS_PATH = PATHS.orders;
 export const GEOBLOCK_PATH = PATHS.geoblock;
-/** The order backend's own path (SPEC: the backend operation is `POST /orders`). */
-export const BACKEND_ORDERS_PATH = '/orders';
 
 // ─── Resources ─────────────────────────────────────────────────────────────────────────────
 
@@ -34,22 +32,36 @@ export type ListenerName = (typeof LISTENER)[keyof typeof LISTENER];
 export const CLUSTER = { authz: 'authz', market: 'market', orderBackend: 'order_backend', rateLimit: 'ratelimit' } as const;
 export type ClusterName = (typeof CLUSTER)[keyof typeof CLUSTER];
 
+/**
+ * The names of the Envoy routes rendered for a registry route (authz/src/common/routes.ts) with
+ * id `id`: the route itself, its 413 on a declared body over the limit, its 405 for other methods,
+ * and (order backend routes) its 502 when no backend is configured.
+ */
+export const routeName = {
+  main: (id: string): string => id,
+  tooLarge: (id: string): string => `${id}_payload_too_large`,
+  method: (id: string): string => `${id}_method_not_allowed`,
+  noBackend: (id: string): string => `${id}_no_backend`,
+} as const;
+
+/** The names of the routes rendered today (tests, dashboards and logs refer to them). */
 export const ROUTE = {
   /** A POST to a body route whose content-length is over the route's limit: 413 before the body is read. */
-  ingestTooLarge: 'ingest_payload_too_large',
-  ingest: 'ingest',
-  ingestMethod: 'ingest_method_not_allowed',
+  ingestTooLarge: routeName.tooLarge('ingest'),
+  ingest: routeName.main('ingest'),
+  ingestMethod: routeName.method('ingest'),
   /** The ingest listener (INGEST_PORT): anything but the ingest path. */
   ingestListenerNotFound: 'ingest_listener_not_found',
   internal: 'internal_not_found',
-  ordersTooLarge: 'orders_payload_too_large',
-  orders: 'orders',
-  ordersNoBackend: 'orders_no_backend',
-  ordersMethod: 'orders_method_not_allowed',
-  geoblock: 'geoblock',
+  ordersTooLarge: routeName.tooLarge('orders'),
+  orders: routeName.main('orders'),
+  ordersNoBackend: routeName.noBackend('orders'),
+  ordersMethod: routeName.method('orders'),
+  geoblock: routeName.main('geoblock'),
+  /** The catch-all: every request no other route matched, to the market service (routes.ts FALLBACK_KIND). */
   read: 'read',
 } as const;
-export type RouteName = (typeof ROUTE)[keyof typeof ROUTE];
+export type RouteName = string;
 
 export const FILTER = {
   hcm: 'envoy.filters.network.http_connection_manager',

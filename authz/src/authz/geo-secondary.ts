@@ -10,6 +10,7 @@
  * one side) are always told apart.
  */
 import type { Config } from '../common/config.ts';
+import { ACCESS_RANK } from '../common/contract.ts';
 import type { Logger } from '../common/log.ts';
 import type { AuthzMetrics } from '../common/metrics.ts';
 import type { GeoResult, SecondaryOptions } from './stages/geo.ts';
@@ -48,4 +49,4 @@ export function secondaryGeo(config: Config, secondary: GeoLookup | undefined, m
   };
 }
 
-const rankOf = (r: GeoResult): number => (r.access === 'blocked' ? 2 : r.access === 'close-only' ? 1 : 0);
+const rankOf = (r: GeoResult): number => ACCESS_RANK[r.access];

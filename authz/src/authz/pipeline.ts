@@ -8,7 +8,7 @@
  * nothing), which decides geo, the anonymizer rule and, for an ingest, its signature headers and
  * the pending-body bound; then their body phase, the whole policy (geo again: it is synchronous).
  */
-import { classify, type RouteKind } from '../common/contract.ts';
+import { classify, KINDS, UNKNOWN_ROUTE, type CheckRoute, type HeaderPhaseLabel } from '../common/routes.ts';
 import { ALLOW, deny, type Decision } from './decision.ts';
 import type { AuthzInput } from './codec/request.ts';
 import { geoDecision, type GeoResult } from './stages/geo.ts';
@@ -17,18 +17,21 @@ import { checkIngestHeaders, ingestStage, type IngestDeps } from './stages/inges
 import { orderStage, type OrderDeps } from './stages/order.ts';
 import type { PendingBodies } from './pending-bodies.ts';
 
-/** The metrics and decision-log label: the route, or the header phase of an ingest or an order. */
-export type RouteLabel = RouteKind | 'ingest_headers' | 'order_headers';
+/**
+ * The metrics and decision-log label: the route kind, the header phase of a kind with a body
+ * (routes.ts KINDS), or UNKNOWN_ROUTE (a route value from Envoy the registry does not know).
+ */
+export type RouteLabel = CheckRoute | HeaderPhaseLabel;
 
-/** The route of a Check: the one Envoy matched, else (a hand-made Check) by method and path. */
-export function routeOf(input: AuthzInput): RouteKind {
+/** The route of a Check: the one Envoy matched (or UNKNOWN_ROUTE), else (a hand-made Check) by method and path. */
+export function routeOf(input: AuthzInput): CheckRoute {
   return input.route ?? classify(input.method, input.path);
 }
 
 /** The label a decision is counted and logged under. */
-export function routeLabel(input: AuthzInput, route: RouteKind = routeOf(input)): RouteLabel {
-  if (input.phase === undefined) return route;
-  return route === 'ingest' ? 'ingest_headers' : route === 'order' ? 'order_headers' : route;
+export function routeLabel(input: AuthzInput, route: CheckRoute = routeOf(input)): RouteLabel {
+  if (input.phase === undefined || route === UNKNOWN_ROUTE) return route;
+  return KINDS[route].headerLabel ?? route;
 }
 
 export interface PipelineDeps {
@@ -55,6 +58,14 @@ export interface PipelineDeps {
 }
 
 export const SEALED = deny('sealed');
+/**
+ * A route value from Envoy that the registry does not know: Envoy's route config and this service
+ * disagree (a deploy mismatch). Denied and counted under route `unknown`, never geo-only allowed.
+ */
+export const UNKNOWN_ROUTE_DENIAL: Decision = {
+  ...deny('service_unavailable', 'the edge\'s route configuration does not match the authorization service; the request was not accepted'),
+  reason: 'service_unavailable:unknown_route',
+};
 /** A body Envoy cut at the route's limit (AuthzInput.partialBody): over INGEST_MAX_BYTES / ORDER_MAX_BYTES. */
 const TOO_LARGE = deny('payload_too_large');
 
@@ -85,13 +96,15 @@ function admitBody(input: AuthzInput, pending: PendingBodies | undefined): Decis
 /** Evaluates one request. Never throws for client input; callers still guard (fail closed). */
 export function evaluate(input: AuthzInput, deps: PipelineDeps): Decision | Promise<Decision> {
   const route = routeOf(input);
+  // Fail closed on a route this service does not know: no policy to run, so nothing is allowed.
+  if (route === UNKNOWN_ROUTE) return UNKNOWN_ROUTE_DENIAL;
   // An ingest's body phase: its body is whole, no longer pending (whatever the decision).
   if (route === 'ingest' && input.phase === undefined) deps.pendingBodies?.release(input.requestId);
   // 0. Sealed: nothing is allowed any more.
   if (deps.isSealed()) return SEALED;
   // The geoblock answer (market service) is for every client; it changes nothing and has no body.
   // Envoy's route only matches GET/HEAD /v1/geoblock; the method and path are checked again here.
-  if (route === 'geoblock' && classify(input.method, input.path) === 'geoblock') return ALLOW;
+  if (!KINDS[route].geo && classify(input.method, input.path) === route) return ALLOW;
   // 1. Client address (computed by Envoy; see authz/codec/request.ts) → 2. geo, on every other route.
   const geo = deps.classifyGeo(input.clientIp);
   // The shadow policy, when configured (zero cost otherwise: no result has `shadow`). Once per
@@ -121,7 +134,18 @@ export function evaluate(input: AuthzInput, deps: PipelineDeps): Decision | Prom
       if (input.partialBody === true) return TOO_LARGE;
       // An allowed order carries the client's tier and jurisdiction to the backend.
       return orderStage(input.body, deps.order, geo.orderHeaders, input.bodyExact === true);
-    default:
+    case 'read':
+      // Geo (and the anonymizer rule) passed: a read is decided on the client address alone.
       return ALLOW;
+    case 'geoblock':
+      // Reached only when method or path do not match the geoblock route (checked above): judged
+      // as a read, geo applied; the market service answers 405/404.
+      return ALLOW;
+    default: {
+      // A new RouteKind without its policy here fails typecheck (`never`); at run time, deny.
+      const unhandled: never = route;
+      void unhandled;
+      return UNKNOWN_ROUTE_DENIAL;
+    }
   }
 }

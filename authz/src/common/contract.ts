@@ -1,55 +1,17 @@
 /**
- * The route contract between Envoy and the service, declared once: the paths, the route kinds,
- * the header names that cross the boundary and the dynamic-metadata key of an accepted order.
+ * The contract between Envoy and the service, declared once: the header names that cross the
+ * boundary, the context extensions, the dynamic-metadata key of an accepted order and the global
+ * rate limit's descriptors. The routes themselves are the registry in ./routes.ts.
  * The Envoy renderer (envoy/), the CheckRequest codec, the pipeline, the market service and the
  * OpenAPI generator import these; docs/api.md describes them.
  */
 
-export const PATHS = {
-  root: '/',
-  healthz: '/healthz',
-  markets: '/v1/markets',
-  quotes: '/v1/quotes',
-  orders: '/v1/orders',
-  /** The caller's jurisdiction tier (CONTRACT §6): answered for every client, blocked ones too. */
-  geoblock: '/v1/geoblock',
-  ingest: '/internal/ingest/market',
-  /** Everything under it but the exact ingest POST is refused by Envoy (404). */
-  internalPrefix: '/internal',
-} as const;
-
-/**
- * What the service decides on a request: the ingest policy, the order policy, geo only (`read`),
- * or nothing but the seal (`geoblock`: GET/HEAD /v1/geoblock, which tells a blocked client that
- * it is blocked, so geo must not refuse it; the market service answers it).
- */
-export type RouteKind = 'ingest' | 'order' | 'read' | 'geoblock';
-export const ROUTE_KINDS: readonly RouteKind[] = ['ingest', 'order', 'read', 'geoblock'];
-
-/**
- * The routes by method and path (query stripped; Envoy normalizes the path before ext_authz, so
- * `//internal/./ingest/market` arrives as `/internal/ingest/market`). Anything that is not exactly
- * an ingest or an order POST is a read: geo only. Envoy routes those to the market service,
- * which stores nothing outside its ingest route. The service uses this only for a Check that
- * does not carry its route (one sent by hand, e.g. with grpcurl); Envoy sends the route it
- * matched in the context extension ROUTE_EXTENSION.
- */
-export function classify(method: string, path: string): RouteKind {
-  if (method === 'POST') {
-    if (path === PATHS.ingest) return 'ingest';
-    if (path === PATHS.orders) return 'order';
-  } else if (path === PATHS.geoblock && (method === 'GET' || method === 'HEAD')) {
-    return 'geoblock';
-  }
-  return 'read';
-}
-
-/** The methods the geoblock route answers (any other: 405 from the market service, after geo). */
-export const GEOBLOCK_METHODS = ['GET', 'HEAD'] as const;
+/** The paths and route kinds live with the route registry (./routes.ts); re-exported for the many readers of PATHS. */
+export { PATHS, type RouteKind } from './routes.ts';
 
 /** The ext_authz `context_extensions` entries Envoy's routes set (never client input). */
 export const CONTEXT_EXTENSION = {
-  /** The RouteKind of the route Envoy matched. */
+  /** The RouteKind of the route Envoy matched (a value the registry does not know: denied, routes.ts UNKNOWN_ROUTE). */
   route: 'route',
   /** `headers` on the first Check of an ingest or an order, which carries no body (HEADER_PHASE). */
   phase: 'phase',
@@ -105,6 +67,12 @@ export const EDGE_SET_HEADERS: readonly string[] = [HEADER.access, HEADER.jurisd
 
 /** The access tiers (x-edge-access; the geoblock answer's `access`). */
 export type Access = 'blocked' | 'close-only' | 'full';
+
+/**
+ * Each tier's strictness, higher stricter (the stricter of two classifications wins:
+ * geo-secondary.ts). Complete by the compiler, so a new tier must be ranked.
+ */
+export const ACCESS_RANK = Object.freeze({ blocked: 2, 'close-only': 1, full: 0 } as const satisfies Record<Access, number>);
 
 /**
  * x-edge-jurisdiction when the edge determined none: a trusted address (GEO_TRUSTED_CIDRS, never

@@ -9,7 +9,8 @@
  */
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
 import { policyMetrics } from './geo-policy-metrics.ts';
-import { PATHS, type Access } from './contract.ts';
+import { ACCESS_RANK, type Access } from './contract.ts';
+import { API_ROUTES, KINDS, ROUTE_KINDS, UNKNOWN_ROUTE, type RouteRegistry } from './routes.ts';
 import type { Decision } from '../authz/decision.ts';
 import type { ErrorCode } from './errors.ts';
 import type { RouteLabel } from '../authz/pipeline.ts';
@@ -28,6 +29,8 @@ export const DECISION_CODES: Readonly<Record<RouteLabel, readonly DecisionCode[]
   order: [...EVERY_ROUTE, 'invalid_json', 'invalid_order', 'unknown_market', 'market_closed', 'deadline_expired', 'deadline_too_far', 'invalid_size', 'payload_too_large'],
   // No geo on the geoblock route: only the seal (and an internal error) refuse it.
   geoblock: ['ok', 'sealed', 'service_unavailable'],
+  // A route value from Envoy the registry does not know (a configuration error): always denied.
+  [UNKNOWN_ROUTE]: ['service_unavailable'],
 };
 /** Every GeoVerdict (the compiler checks the list is complete). */
 export const GEO_VERDICTS = Object.keys({
@@ -36,20 +39,21 @@ export const GEO_VERDICTS = Object.keys({
 } satisfies Record<GeoVerdict, 0>) as GeoVerdict[];
 export const GEOIP_RELOAD_RESULTS = ['ok', 'failed'] as const;
 /** The tiers, as the shadow-disagreement metric labels them (enforced × shadow, the 6 unequal pairs). */
-export const ACCESS_TIERS: readonly Access[] = ['blocked', 'close-only', 'full'];
+export const ACCESS_TIERS = Object.keys(ACCESS_RANK) as readonly Access[];
 /** The Redis operations the authorization core counts failures of (authz.ts). */
 /** `nonce_replica_wait`: the nonce was written but no replica confirmed it in time (REDIS_MIN_REPLICAS). */
 export const REDIS_OPS = ['nonce_set', 'nonce_replica_wait', 'market_get'] as const;
-/** The market service's answers by route (its `route` label: the path, `other` for the rest) and status. */
-export const MARKET_REQUEST_STATUSES: Readonly<Record<string, readonly number[]>> = {
-  [PATHS.root]: [200, 503],
-  [PATHS.healthz]: [200, 503],
-  [PATHS.markets]: [200, 304, 400, 503],
-  [PATHS.quotes]: [200, 304, 400, 503],
-  [PATHS.geoblock]: [200, 400, 503],
-  [PATHS.ingest]: [200, 400, 401, 409, 413, 503, 504],
-  other: [404],
-};
+/**
+ * The market service's answers by route (its `route` label: the path of a registry route it
+ * serves, `other` for the rest) and status (routes.ts `marketStatuses`).
+ */
+export function marketRequestStatuses(registry: RouteRegistry): Readonly<Record<string, readonly number[]>> {
+  return Object.freeze({
+    ...Object.fromEntries(registry.flatMap((r) => (r.upstream === 'market' ? [[r.path, r.marketStatuses]] : []))),
+    other: [404],
+  });
+}
+export const MARKET_REQUEST_STATUSES = marketRequestStatuses(API_ROUTES);
 /**
  * The global rate limit's answers, one per ShouldRateLimit (ratelimit/service.ts): `fail_open` =
  * Redis did not answer, so the request was let through to Envoy's local limit.
@@ -198,7 +202,8 @@ export function createMetrics(opts: { geoipBuildEpochSecs: () => number; default
   zeroSeries(geoSecondaryReloads, GEOIP_RELOAD_RESULTS.map((r) => [r]));
   zeroSeries(geoVerdicts, GEO_VERDICTS.map((v) => [v]));
   zeroSeries(anonymizerReloads, GEOIP_RELOAD_RESULTS.map((r) => [r]));
-  zeroSeries(anonymizerDenials, ['order', 'order_headers', 'ingest', 'ingest_headers', 'read'].map((r) => [r]));
+  // The labels of the kinds ANONYMIZER_POLICY can refuse, header phases included (routes.ts KINDS).
+  zeroSeries(anonymizerDenials, ROUTE_KINDS.filter((k) => KINDS[k].anonymizer !== undefined).flatMap((k) => [k, KINDS[k].headerLabel ?? []].flat().map((r) => [r])));
   zeroSeries(shadowDisagreements, ACCESS_TIERS.flatMap((e) => ACCESS_TIERS.filter((x) => x !== e).map((x) => [e, x])));
   zeroSeries(rateLimits, RATE_LIMIT_CODES.map((c) => [c]));
   const rateLimitChildren = Object.fromEntries(RATE_LIMIT_CODES.map((c) => [c, rateLimits.labels(c)])) as Record<RateLimitCode, { inc(): void }>;

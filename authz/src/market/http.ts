@@ -2,7 +2,7 @@
  * The market HTTP service (MARKET_PORT, loopback by default). Envoy routes every non-order
  * request here after ext_authz allowed it:
  *   GET /  · GET /healthz · GET /v1/markets · GET /v1/quotes · GET /v1/geoblock · POST /internal/ingest/market
- * node:http (no framework: the handler is a switch over five paths); queries validated with
+ * node:http (no framework: one handler per market route of the registry, common/routes.ts); queries validated with
  * ajv from the schemas in ./schemas.ts. Every error is error JSON.
  */
 import type { KeyObject } from 'node:crypto';
@@ -15,7 +15,7 @@ import type { Logger } from '../common/log.ts';
 import { MARKETS_QUERY_SCHEMA, QUOTES_QUERY_SCHEMA, ROOT_BODY, type ListQuery } from './schemas.ts';
 import { encodeCursor, STORE_OUTCOME_UNKNOWN_MESSAGE, StoreOutcomeUnknownError, type MarketStore, type PageBody } from './store.ts';
 import { LIMIT, PATTERN, RE } from '../common/rules.ts';
-import { PATHS } from '../common/contract.ts';
+import { allowHeader, API_ROUTES, serves, type MarketRouteId, type RouteSpec } from '../common/routes.ts';
 import { MARKET_INGEST_OUTCOMES, MARKET_REQUEST_STATUSES, zeroSeries } from '../common/metrics.ts';
 import type { GeoResult } from '../authz/stages/geo.ts';
 import { clientAddress, geoblockBody } from './geoblock.ts';
@@ -48,15 +48,9 @@ export interface MarketService {
 const JSON_TYPE = 'application/json';
 /** Above Envoy's 60 KiB request-header limit plus what Envoy adds (forwarding headers, request id). */
 export const MAX_HEADER_BYTES = 80 * 1024;
-/** The market service's routes and their method (everything else: 404). */
-const ROUTES: Record<string, string> = {
-  [PATHS.root]: 'GET', [PATHS.healthz]: 'GET', [PATHS.markets]: 'GET', [PATHS.quotes]: 'GET', [PATHS.ingest]: 'POST',
-  [PATHS.geoblock]: 'GET',
-};
-
-/** The metrics label of a path: one of ROUTES, else `other` (never a client-chosen path). */
+/** The metrics label of a path: a market route's path (MARKET_REQUEST_STATUSES), else `other` (never a client-chosen path). */
 function routeLabel(path: string): string {
-  return ROUTES[path] === undefined ? 'other' : path;
+  return Object.hasOwn(MARKET_REQUEST_STATUSES, path) ? path : 'other';
 }
 
 class HttpError extends Error {
@@ -263,73 +257,78 @@ export function createMarketService(deps: MarketServiceDeps): MarketService {
     res.end(page.body);
   }
 
+  /** A market route's answer; the request was routed to it by path and method. */
+  type Handler = (req: IncomingMessage, res: ServerResponse, target: Target) => Promise<void> | void;
+  /**
+   * One handler per market route of the registry (routes.ts, upstream `market`): a route added
+   * there without its handler here fails typecheck. No fallback: an unknown path is 404.
+   */
+  const handlers = {
+    root: (_req, res) => send(res, 200, ROOT_BODY),
+    healthz: (_req, res) => {
+      const checks = deps.readiness();
+      const ok = Object.values(checks).every(Boolean);
+      send(res, ok ? 200 : 503, ok ? '{"status":"ok"}' : JSON.stringify({ status: 'unavailable', checks }), { 'cache-control': 'no-store' });
+    },
+    markets: async (req, res, target) => {
+      const q = parseQuery(target, validateMarkets);
+      sendPage(req, res, await deps.store.pageBody(q, 'markets'));
+    },
+    quotes: async (req, res, target) => {
+      const q = parseQuery(target, validateQuotes);
+      sendPage(req, res, await deps.store.pageBody(q, 'quotes'));
+    },
+    geoblock: (req, res, target) => {
+      // It takes no parameters; like the other reads, an unknown one is refused.
+      for (const [k] of target.params()) throw new HttpError('invalid_query', `unknown parameter ${shownName(k)}`);
+      const ip = clientAddress(req);
+      send(res, 200, geoblockBody(deps.geoblock!(ip), ip), { 'cache-control': 'no-store' });
+    },
+    ingest: async (req, res) => {
+      // Envoy's ext_authz already verified HMAC, nonce and the envelope.
+      const raw = await readBody(req, deps.ingestMaxBytes);
+      // Defence in depth: the store never holds content the feed key did not sign.
+      const v = verifyIngestBody(raw, deps.feedKeys);
+      if (!v.ok) throw new HttpError(v.code, v.message);
+      const { conditionId, envelope, document } = v;
+      let result;
+      try {
+        result = await deps.store.put(document, envelope);
+      } catch (err) {
+        if (err instanceof StoreOutcomeUnknownError) {
+          ingests.labels('outcome_unknown').inc();
+          deps.logger.error({ err: String(err), conditionId }, 'market store did not confirm the write: outcome unknown');
+          throw new HttpError('backend_timeout', STORE_OUTCOME_UNKNOWN_MESSAGE);
+        }
+        ingests.labels('store_error').inc();
+        deps.logger.error({ err: String(err), conditionId }, 'market store unavailable: ingest not stored');
+        throw new HttpError('service_unavailable', 'market store unavailable; nothing was stored');
+      }
+      ingests.labels(result).inc();
+      if (result === 'stale') throw new HttpError('stale_document');
+      deps.logger.info({ conditionId, seq: document.seq }, 'market stored');
+      send(res, 200, JSON.stringify({ status: 'stored', conditionId, seq: document.seq }), { 'cache-control': 'no-store' });
+    },
+  } satisfies Record<MarketRouteId, Handler>;
+  const routes: ReadonlyMap<string, { readonly route: RouteSpec; readonly handle: Handler }> = new Map(
+    API_ROUTES.flatMap((r) => (r.upstream === 'market' ? [[r.path, { route: r, handle: handlers[r.id] as Handler }] as const] : [])),
+  );
+
   async function handle(req: IncomingMessage, res: ServerResponse): Promise<string> {
     const target = parseTarget(req.url ?? '/');
     const path = target.path;
-    const method = ROUTES[path];
+    const entry = routes.get(path);
     if (deps.isSealed()) {
       sendError(res, 'sealed');
       return routeLabel(path);
     }
-    if (method === undefined || (path === PATHS.geoblock && deps.geoblock === undefined)) throw new HttpError('not_found');
-    if (req.method !== method && !(method === 'GET' && req.method === 'HEAD')) {
-      sendError(res, 'method_not_allowed', undefined, { allow: method === 'GET' ? 'GET, HEAD' : method });
+    if (entry === undefined || (entry.route.kind === 'geoblock' && deps.geoblock === undefined)) throw new HttpError('not_found');
+    if (!serves(entry.route, req.method ?? '')) {
+      sendError(res, 'method_not_allowed', undefined, { allow: allowHeader(entry.route) });
       return path;
     }
-    switch (path) {
-      case PATHS.root:
-        send(res, 200, ROOT_BODY);
-        return path;
-      case PATHS.healthz: {
-        const checks = deps.readiness();
-        const ok = Object.values(checks).every(Boolean);
-        send(res, ok ? 200 : 503, ok ? '{"status":"ok"}' : JSON.stringify({ status: 'unavailable', checks }), { 'cache-control': 'no-store' });
-        return path;
-      }
-      case PATHS.markets: {
-        const q = parseQuery(target, validateMarkets);
-        sendPage(req, res, await deps.store.pageBody(q, 'markets'));
-        return path;
-      }
-      case PATHS.quotes: {
-        const q = parseQuery(target, validateQuotes);
-        sendPage(req, res, await deps.store.pageBody(q, 'quotes'));
-        return path;
-      }
-      case PATHS.geoblock: {
-        // It takes no parameters; like the other reads, an unknown one is refused.
-        for (const [k] of target.params()) throw new HttpError('invalid_query', `unknown parameter ${shownName(k)}`);
-        const ip = clientAddress(req);
-        send(res, 200, geoblockBody(deps.geoblock!(ip), ip), { 'cache-control': 'no-store' });
-        return path;
-      }
-      default: {
-        // POST PATHS.ingest — Envoy's ext_authz already verified HMAC, nonce and the envelope.
-        const raw = await readBody(req, deps.ingestMaxBytes);
-        // Defence in depth: the store never holds content the feed key did not sign.
-        const v = verifyIngestBody(raw, deps.feedKeys);
-        if (!v.ok) throw new HttpError(v.code, v.message);
-        const { conditionId, envelope, document } = v;
-        let result;
-        try {
-          result = await deps.store.put(document, envelope);
-        } catch (err) {
-          if (err instanceof StoreOutcomeUnknownError) {
-            ingests.labels('outcome_unknown').inc();
-            deps.logger.error({ err: String(err), conditionId }, 'market store did not confirm the write: outcome unknown');
-            throw new HttpError('backend_timeout', STORE_OUTCOME_UNKNOWN_MESSAGE);
-          }
-          ingests.labels('store_error').inc();
-          deps.logger.error({ err: String(err), conditionId }, 'market store unavailable: ingest not stored');
-          throw new HttpError('service_unavailable', 'market store unavailable; nothing was stored');
-        }
-        ingests.labels(result).inc();
-        if (result === 'stale') throw new HttpError('stale_document');
-        deps.logger.info({ conditionId, seq: document.seq }, 'market stored');
-        send(res, 200, JSON.stringify({ status: 'stored', conditionId, seq: document.seq }), { 'cache-control': 'no-store' });
-        return path;
-      }
-    }
+    await entry.handle(req, res, target);
+    return path;
   }
 
   // maxHeaderSize above Envoy's limit (max_request_headers_kb, 60 KiB, plus the headers Envoy

@@ -16,7 +16,8 @@
  *              raw_body = 12, header_map = 13 (HeaderMap.headers = 1 → HeaderValue key=1 value=2 raw_value=3)
  */
 import protobuf from 'protobufjs/minimal.js';
-import { CONTEXT_EXTENSION, GLOBAL_LIMIT_IN_CHECK, HEADER, HEADER_PHASE, ROUTE_KINDS, type RouteKind } from '../../common/contract.ts';
+import { CONTEXT_EXTENSION, GLOBAL_LIMIT_IN_CHECK, HEADER, HEADER_PHASE } from '../../common/contract.ts';
+import { isRouteKind, UNKNOWN_ROUTE, type CheckRoute } from '../../common/routes.ts';
 import type { GeoResult } from '../stages/geo.ts';
 
 const { Reader } = protobuf;
@@ -56,10 +57,12 @@ export interface AuthzInput {
    */
   phase: typeof HEADER_PHASE | undefined;
   /**
-   * The route Envoy matched (context_extensions `route`, set on every route that asks authz);
-   * undefined in a hand-made Check, which is then classified by method and path.
+   * The route Envoy matched (context_extensions `route`, set on every route that asks authz):
+   * its RouteKind, or UNKNOWN_ROUTE for a value the registry does not know (denied by the
+   * pipeline, never classified); undefined only in a hand-made Check without that extension,
+   * which is then classified by method and path.
    */
-  route: RouteKind | undefined;
+  route: CheckRoute | undefined;
   /**
    * True when Envoy's route asks this Check to take the global rate limit's bucket
    * (context_extensions `rate_limit: global`; authz/src/ratelimit/check-limit.ts). Never set by a client.
@@ -169,7 +172,9 @@ function readContextExtension(r: ProtoReader, end: number, input: AuthzInput): v
     else r.skipType(tag & 7);
   }
   if (key === CONTEXT_EXTENSION.route) {
-    if ((ROUTE_KINDS as readonly string[]).includes(value)) input.route = value as RouteKind;
+    // Fail closed: a route value this service does not know is kept as UNKNOWN_ROUTE (denied),
+    // never dropped (which would classify the request by method and path: geo only for most).
+    input.route = isRouteKind(value) ? value : UNKNOWN_ROUTE;
   } else if (key === CONTEXT_EXTENSION.phase && value === HEADER_PHASE) input.phase = HEADER_PHASE;
   else if (key === CONTEXT_EXTENSION.rateLimit && value === GLOBAL_LIMIT_IN_CHECK) input.globalLimit = true;
 }
