@@ -80,3 +80,15 @@ test('source – no `default:` on the decision path returns an allow', () => {
     });
   }
 });
+
+describe('the geo decision over access tiers', () => {
+  test('blocked → the denial; close-only and full → on to the route; a tier outside the type (never expected) → the denial, not an allow', async () => {
+    const { geoDecision } = await import('../src/authz/stages/geo.ts');
+    const denial = UNKNOWN_ROUTE_DENIAL;
+    const at = (access: string): ReturnType<typeof geoDecision> => geoDecision({ access } as unknown as Parameters<typeof geoDecision>[0], denial);
+    assert.equal(at('blocked'), denial);
+    assert.equal(at('close-only'), undefined);
+    assert.equal(at('full'), undefined);
+    assert.equal(at('partial'), denial);
+  });
+});

@@ -6,7 +6,7 @@
 import { BlockList, isIP } from 'node:net';
 import type { Decision, Header } from '../decision.ts';
 import type { GeoLookup, GeoRecord } from '../../common/ports.ts';
-import { HEADER, JURISDICTION_NONE, type Access } from '../../common/contract.ts';
+import { ACCESS_RANK, HEADER, JURISDICTION_NONE, type Access } from '../../common/contract.ts';
 import { RE } from '../../common/rules.ts';
 import { embeddedIpv4, normalizeIp } from '../../common/ip.ts';
 
@@ -175,8 +175,6 @@ interface TierResolver {
   /** The country's own tier, no region rule considered (a represented country). */
   countryTier(country: string): GeoResult;
 }
-
-const ACCESS_RANK: Readonly<Record<Access, number>> = { full: 0, 'close-only': 1, blocked: 2 };
 
 /** The ISO 3166-1 country of an ISO 3166-2 code (`US-NV` → `US`). */
 function countryOfRegion(region: string): string {
@@ -364,5 +362,16 @@ function stricterOfTwo(hasShadow: boolean, onDisagreement: SecondaryOptions['onD
 
 /** Maps a classification to the decision: undefined = continue to the route's policy. */
 export function geoDecision(geo: GeoResult, denial: Decision): Decision | undefined {
-  return geo.access === 'blocked' ? denial : undefined;
+  // Exhaustive: a new tier fails typecheck here instead of passing as allowed; a value outside
+  // the type (never expected) is refused.
+  switch (geo.access) {
+    case 'blocked': return denial;
+    case 'close-only':
+    case 'full': return undefined;
+    default: {
+      const unknown: never = geo.access;
+      void unknown;
+      return denial;
+    }
+  }
 }
