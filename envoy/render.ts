@@ -3,7 +3,7 @@
  * certificate. Pure: no I/O, no clock, no environment; the same Config and options always
  * give the same bytes. `render-cli.ts` writes the files; docs/envoy.md explains each choice.
  *
- * Request path (CONTRACT §1):
+ * Request path (docs/api.md "Routes"):
  *   listener 0.0.0.0:EDGE_PORT (HTTP/1.1 + HTTP/2, codec AUTO; a first    render/listener.ts
  *     request line within FIRST_REQUEST_TIMEOUT_MS, else closed), and with
  *     INGEST_PORT a second one for ingest alone (the same chain)

@@ -418,7 +418,7 @@ for (const [name, variant] of Object.entries(VARIANTS)) {
       const lua = filterNamed(FILTER.lua);
       assert.equal(lua['disabled'], true);
       const source = String(at(lua, `typed_config.source_codes.${ORDER_BODY_LUA}.inline_string`));
-      assert.ok(source.includes(ORDER_BODY_FAILURE_PREFIX), 'the fail-closed reply is the CONTRACT JSON');
+      assert.ok(source.includes(ORDER_BODY_FAILURE_PREFIX), 'the fail-closed reply is the API error JSON');
       assert.match(source, /pcall\(process, handle\)/, 'a Lua error answers 503 instead of continuing');
       assert.equal(at(lua, 'typed_config.clear_route_cache'), false, 'the header rewrite must not re-choose the allowed route');
       const withLua = routesOf(r.bootstrap).filter((x) => findKeys(x, FILTER.lua).length > 0).map((x) => x['name']);
@@ -436,7 +436,7 @@ for (const [name, variant] of Object.entries(VARIANTS)) {
       assert.deepEqual(reqHeaders.sort(), [':METHOD', 'X-REQUEST-ID']);
     });
 
-    test('local replies: denials pass through first, then UAEX → 503, every other body is CONTRACT JSON', () => {
+    test('local replies: denials pass through first, then UAEX → 503, every other body is API error JSON', () => {
       const all = hcmOf(r.bootstrap)['local_reply_config'] as { mappers: Obj[]; body_format: Obj };
       // The XFF guard's mapper (trusted hops only) comes first; its own test checks it.
       const lr = { ...all, mappers: all.mappers.filter((m) => !JSON.stringify(m['filter']).includes('rbac_access_denied')) };
@@ -452,7 +452,7 @@ for (const [name, variant] of Object.entries(VARIANTS)) {
         const code = body['error'] as string;
         const is501 = findKeys(m['filter'], 'default_value')[0] === 501;
         if (code === BAD_REQUEST_CODE && !is501) assert.equal(m['status_code'], undefined, 'Envoy 4xx keep their status');
-        else assert.equal(m['status_code'], ERROR_STATUS[code as keyof typeof ERROR_STATUS], `mapper status matches the CONTRACT code ${code}`);
+        else assert.equal(m['status_code'], ERROR_STATUS[code as keyof typeof ERROR_STATUS], `mapper status matches the API error code ${code}`);
         assert.equal(at(m, 'body_format_override.content_type'), 'application/json');
       }
       const byStatus = new Map(lr.mappers.flatMap((m) => {
@@ -678,7 +678,7 @@ describe('live Envoy 1.40 with the rendered config', { skip: envoyAvailable ? fa
     await Promise.all([authz?.close(0), market?.close(), backend?.close()]);
   });
 
-  /** CONTRACT §2: error, message, requestId = the x-request-id the client received (null without one). */
+  /** docs/api.md "Errors": error, message, requestId = the x-request-id the client received (null without one). */
   const isContractJson = (res: { status: number; headers: Record<string, unknown>; body: string }, status: number, error: string): void => {
     assert.equal(res.status, status, res.body);
     assert.equal(res.headers['content-type'], 'application/json');

@@ -94,7 +94,7 @@ export function deny(code: ErrorCode, message: string = ERROR_MESSAGE[code], fie
 /**
  * The one uniform geo denial: 451, GEO_NOTICE, `Cache-Control: no-store` (451 is cacheable
  * by default) and, when configured, `Link: <url>; rel="blocked-by"` (RFC 7725). Built once: every
- * blocked client gets the same bytes but for the request id (CONTRACT §2).
+ * blocked client gets the same bytes but for the request id (docs/api.md "Errors").
  */
 export function geoDenial(notice: string, blockedByUrl: string | undefined, reason = 'restricted_jurisdiction'): Decision {
   const headers: Header[] = [...JSON_HEADERS];

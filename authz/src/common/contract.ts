@@ -45,7 +45,7 @@ export const HEADER = {
   marketId: 'x-edge-market-id',
   deadline: 'x-edge-deadline',
   size: 'x-edge-size',
-  /** To the order backend: the client's tier, `full` or `close-only` (CONTRACT §6). */
+  /** To the order backend: the client's tier, `full` or `close-only` (docs/api.md "Client address, geo and rate limit"). */
   access: 'x-edge-access',
   /** To the order backend: the jurisdiction whose rule gave that tier (`PL`, `CA-QC`, or JURISDICTION_NONE). */
   jurisdiction: 'x-edge-jurisdiction',

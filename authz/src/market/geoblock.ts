@@ -1,5 +1,5 @@
 /**
- * GET /v1/geoblock (CONTRACT §6, docs/api.md "GET /v1/geoblock"): the caller's tier, so a client
+ * GET /v1/geoblock (docs/api.md "GET /v1/geoblock"): the caller's tier, so a client
  * can tell its user before it tries. Envoy routes GET/HEAD /v1/geoblock here with ext_authz
  * allowing it whatever the geo verdict (a blocked client asks precisely to learn that it is
  * blocked); the classification is the authz service's own (stages/geo.ts, the same settings and

@@ -2,7 +2,7 @@
  * Decision → CheckResponse. Pure translation, plus caches of the encoded bytes:
  * - plain allows are shared constants, serialized once;
  * - an order's allow carries its own payload (`metadata`) and is encoded per request (allow-encoder.ts);
- * - a denial is a shared constant too, but its body ends with the request's id (CONTRACT §2), so
+ * - a denial is a shared constant too, but its body ends with the request's id (docs/api.md "Errors"), so
  *   everything around the body is serialized once and each request only splices its body in
  *   (one buffer, no protobuf encoder; the bytes equal a full serialization, tested).
  */
