@@ -23,9 +23,23 @@ test('standalone – no tracked file refers to a path outside the repository (a 
     // A relative path climbing more levels than the file sits below the root leaves the clone
     // (`../shared/…` from the root, `../../../x` from authz/test/): a reference outside it.
     const depth = f.split('/').length - 1;
+    // In Markdown, a fenced block whose first line is `# <path of a file in the repository>` is that
+    // file's text (a kustomization snippet): its relative paths are relative to that file.
+    let blockDepth: number | undefined;
+    let fenceOpen = false;
     text.split('\n').forEach((line, i) => {
+      if (f.endsWith('.md') && line.startsWith('```')) {
+        fenceOpen = !fenceOpen;
+        blockDepth = undefined;
+        return;
+      }
+      if (fenceOpen && blockDepth === undefined) {
+        const named = /^# ((?:deploy|envoy|authz|scripts|docs)\/\S+)$/.exec(line.trim());
+        blockDepth = named !== null && files.includes(named[1]!) ? named[1]!.split('/').length - 1 : -1;
+      }
+      const d = fenceOpen && blockDepth !== undefined && blockDepth >= 0 ? blockDepth : depth;
       for (const m of line.matchAll(/(?:^|[^.\w/])((?:\.\.\/)+)[\w.-]/g)) {
-        if (m[1]!.length / 3 > depth) outside.push(`${f}:${i + 1}: ${line.trim().slice(0, 120)}`);
+        if (m[1]!.length / 3 > d) outside.push(`${f}:${i + 1}: ${line.trim().slice(0, 120)}`);
       }
     });
   }
