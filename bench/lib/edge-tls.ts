@@ -16,7 +16,7 @@ import { request as httpsRequest } from 'node:https';
 import { readFileSync } from 'node:fs';
 import { connect as tlsConnect } from 'node:tls';
 import type { Ep, Stack } from './edge-stacks.ts';
-import { envInt } from './env.ts';
+import { envInt, today } from './env.ts';
 import { cpuUsPerRequest, startCpuWindow } from './proc.ts';
 import { fmt, markdownTable, median, met, pairedMedian, percentile, sortedCopy } from './stats.ts';
 
@@ -155,6 +155,11 @@ export function tlsReport(o: {
     return [s.label, m((x) => x.cps), m((x) => x.envoyUs), fmt(hsUs), fmt(1e6 / hsUs), m((x) => x.totalUs), m((x) => x.clientUs),
       m((x) => x.p50 / 1000, 2), m((x) => x.p99 / 1000, 2), `${l.reduce((a, x) => a + x.handshakes, 0)} / ${l.reduce((a, x) => a + x.resumed, 0)}`, count(l)];
   });
+  // Per round: the target's input, so the spread on a busy machine shows.
+  const perRound = [...new Set(o.all('sat', '3t', o.eps[0] ?? 'markets').map((x) => x.round))].map((round) => [String(round + 1), ...o.eps.map((ep) => {
+    const at = (name: Stack['name']): number => o.all('sat', name, ep).find((x) => x.round === round)?.rps ?? NaN;
+    return `${fmt(100 * at('3t') / at('2t'))} %`;
+  }), ...tls.map((s) => fmt(o.handshakes(s.name).find((x) => x.round === round)?.cps ?? NaN))]);
   const busy = median(tls.flatMap((s) => o.eps.flatMap((ep) => o.all('sat', s.name, ep).map((x) => x.busy))));
   const r = (n: number): ('l' | 'r')[] => ['l', 'l', ...Array<'r'>(n).fill('r')];
   const note = o.busyMachine
@@ -162,7 +167,10 @@ export function tlsReport(o: {
 not the verdict.** Other work shared the CPUs; absolute req/s move with it, the ratios of stacks measured side by
 side in the same rounds less so.`
     : `Load ${o.load}; ${fmt(busy * 100)} % of all CPUs busy during the saturation runs.`;
-  return `${note} ${o.machine}; ${o.rounds} round(s) of ${o.seconds} s.
+  return `Run by \`npm run bench:edge\` (bench/edge.ts) on ${today()}: ${o.machine}; ${o.rounds} interleaved round(s) of ${o.seconds} s
+per cell after a warm-up; medians (ratios taken within a round, then the median over rounds).
+
+${note}
 
 Stacks (1t), (2t), (3t) are (1) bare Envoy, (2) the floor (allow-all ext_authz) and (3) the full edge of "Edge data
 plane (Envoy)" with TLS on the client listener: \`EDGE_TLS_CERT_FILE\`/\`EDGE_TLS_KEY_FILE\` set to a P-256 development
@@ -186,6 +194,12 @@ ${markdownTable(['Request', 'Stack', 'req/s', 'p50 ms', 'p99 ms', 'Envoy', 'all 
 
 ${markdownTable(['Stack', 'new conn/s', 'Envoy µs/conn', 'Envoy µs/handshake', 'handshakes/s per Envoy core', 'all servers µs/conn', 'client µs/conn', 'p50 ms', 'p99 ms', 'handshakes / resumed (Envoy)', '200'], hsRows,
     ['l', 'r', 'r', 'r', 'r', 'r', 'r', 'r', 'r', 'r', 'r'])}
+
+<details><summary>Per round: (3t) / (2t) req/s and new connections per second</summary>
+
+${markdownTable(['Round', ...o.eps.map((ep) => `${ep}: (3t) / (2t)`), ...tls.map((s) => `${s.name} new conn/s`)], perRound, ['l', ...Array<'r'>(o.eps.length + tls.length).fill('r')])}
+
+</details>
 
 - Client: ${HS_LOOPS} Node TLS client loops (bench/lib/edge-tls.ts; \`BENCH_TLS_CONNS\`), each a new connection with no
   session offered (no resumption: Envoy's \`ssl.session_reused\` is the second number), \`GET /v1/markets\` with
