@@ -136,7 +136,10 @@ export function tlsReport(o: {
       `${met(ratio >= 0.9)}${o.busyMachine ? ' (measured on a busy machine)' : ''}`]);
     const plain = TLS_STACKS.filter((t) => names.has(PLAIN[t]) && o.all('sat', PLAIN[t], ep).length > 0);
     targets.push([o.epName(ep), 'TLS over plaintext, same stack, req/s at saturation (keep-alive)', plain.length === 0 ? 'plaintext stacks not measured in this run'
-      : plain.map((t) => `${t}/${PLAIN[t]} ${fmt(100 * paired('sat', t, PLAIN[t], (x, y) => x.rps / y.rps))} %, Envoy ${fmt(paired('sat', t, PLAIN[t], (x, y) => x.envoyUs - y.envoyUs), 1)} µs/req more`).join('; '), '–']);
+      : plain.map((t) => {
+        const d = paired('sat', t, PLAIN[t], (x, y) => x.envoyUs - y.envoyUs);
+        return `(${t}) / (${PLAIN[t]}) ${fmt(100 * paired('sat', t, PLAIN[t], (x, y) => x.rps / y.rps))} %, Envoy ${d >= 0 ? '+' : ''}${fmt(d, 1)} µs/req`;
+      }).join('; '), '–']);
     for (const s of tls) {
       const med = (mode: 'sat' | 'fixed', f: (x: KeepAlive) => number, d = 0): string => fmt(median(o.all(mode, s.name, ep).map(f)), d);
       satRows.push([o.epName(ep), s.label, med('sat', (x) => x.rps), med('sat', (x) => x.envoyUs), s.authzPid === undefined ? '–' : med('sat', (x) => x.authzUs), med('sat', (x) => x.totalUs), count(o.all('sat', s.name, ep))]);
