@@ -3,7 +3,9 @@
  * upstreams (bench/lib/edge-stacks.ts): (1) bare Envoy, (2) the production filters with an
  * allow-all ext_authz (the floor), (3) the full edge with the real TS process, (3*) the same with
  * every request header sent to authz, (4) the full edge with the global rate limit (its bucket taken
- * in the ext_authz Check), (3u) the full edge over Unix domain sockets to the TS process. For reads
+ * in the ext_authz Check), (3u) the full edge over Unix domain sockets to the TS process, and the TLS
+ * forms (1t), (2t), (3t) of (1), (2), (3) (bench/lib/edge-tls.ts: their report and the rate of new
+ * TLS connections, measured each round). For reads
  * (`GET /v1/markets`, one market) and orders (`POST /v1/orders`, 256-byte payload to the mTLS
  * backend), in interleaved rounds: at saturation (req/s) and at a fixed 1,000 req/s (p50/p99); CPU
  * µs per request of every server process from /proc. Targets: (3) ≥ 90 % of (2)'s req/s; p99 added
@@ -14,12 +16,15 @@
  *
  * Env: BENCH_ROUNDS (4), BENCH_SECONDS (3), BENCH_NO_DOCS=1 to leave docs/benchmarks.md alone,
  * BENCH_MODES (`sat,fixed`; `sat`: saturation only, with BENCH_NO_DOCS=1), BENCH_STACKS (all; e.g.
- * `2,4,4-` or `3,3u`: only those are measured, (3) always started; the docs are then left alone).
+ * `2,4,4-` or `3,3u`: only those are measured, (3) always started; the docs are then left alone, but
+ * for `1t,2t,3t`, which rewrites the TLS section only), BENCH_TLS_CONNS (8 concurrent new-connection loops).
  * Quickest check (~35 s): BENCH_NO_DOCS=1 BENCH_ROUNDS=1 BENCH_SECONDS=1 npm run bench:edge.
  */
+import { availableParallelism, loadavg } from 'node:os';
 import { join } from 'node:path';
 import { benchLog, envInt, machineLine, today, workDir } from './lib/env.ts';
 import { bucketCalls, CLIENT_HEADERS, envoyErrors, failedOpenChecks, MARKETS_PATH, ORDERS_PATH, startEdge, type Edge, type Ep, type Stack } from './lib/edge-stacks.ts';
+import { measureHandshakes, TLS_STACKS, tlsReport, type HandshakeSample } from './lib/edge-tls.ts';
 import { ensureH2load, runH2load } from './lib/h2load.ts';
 import { writeBenchmarksSection } from './lib/markdown-section.ts';
 import { cpuUsPerRequest, startCpuWindow } from './lib/proc.ts';
@@ -48,15 +53,25 @@ interface Sample {
 }
 type Samples = Map<string, Sample[]>;
 const key = (mode: Mode, s: Stack | Stack['name'], ep: Ep): string => `${mode}|${typeof s === 'string' ? s : s.name}|${ep}`;
+const epNameOf = (ep: Ep, readBytes: number): string => (ep === 'markets' ? `\`GET ${MARKETS_PATH}\` (one market, ${readBytes} bytes)` : `\`POST ${ORDERS_PATH}\` (256-byte payload, mTLS backend)`);
 
 async function main(): Promise<void> {
   const log = benchLog('edge');
   const h2load = ensureH2load(log);
   if (h2load === undefined) throw new Error('h2load (Debian nghttp2-client) is required');
   const dir = workDir('edge');
+  const load0 = loadavg()[0] ?? 0;
   const edge = await startEdge(dir, log);
   try {
     const samples: Samples = new Map();
+    const handshakes = new Map<Stack['name'], HandshakeSample[]>();
+    const { floor, backend, redis } = edge.pids;
+    const newConnections = async (s: Stack, round: number): Promise<void> => {
+      const h = await measureHandshakes(s, { ca: edge.tlsCaFile ?? '', seconds: SECONDS, pids: [s.envoy.pid, s.tsPid, backend, floor, redis], path: MARKETS_PATH, headers: CLIENT_HEADERS, round });
+      handshakes.set(s.name, [...(handshakes.get(s.name) ?? []), h]);
+      log(`round ${round + 1} new TLS connections ${s.label}: ${fmt(h.cps)}/s, ${h.ok}/${h.done} 200, Envoy ${fmt(h.envoyUs)} µs/conn, client ${fmt(h.clientUs)} µs/conn, `
+        + `Envoy handshakes ${h.handshakes}, resumed ${h.resumed}`);
+    };
     const run = async (s: Stack, ep: Ep, mode: Mode, round: number): Promise<void> => {
       const sample = await measure(h2load, edge, dir, s, ep, mode, round);
       samples.set(key(mode, s, ep), [...(samples.get(key(mode, s, ep)) ?? []), sample]);
@@ -71,6 +86,7 @@ async function main(): Promise<void> {
     for (let round = 0; round < ROUNDS; round++) {
       const order = round % 2 === 0 ? measured : [...measured].reverse();
       for (const ep of EPS) for (const mode of MODES) for (const s of order) await run(s, ep, mode, round);
+      for (const s of order) if (s.tls) await newConnections(s, round);
     }
     const errors: string[] = [];
     for (const s of edge.stacks) {
@@ -81,9 +97,22 @@ async function main(): Promise<void> {
     const open = await failedOpenChecks(edge);
     log(`TS process: global limit answers without the bucket: ${open.length === 0 ? 'none' : open.join(', ')}`);
     if (open.length > 0) errors.push(`the TS process (global limit failed open): ${open.map((b) => `\`${b}\``).join(', ')}`);
-    const body = report(samples, edge, machineLine(h2load), errors);
-    if (process.env['BENCH_STACKS'] === undefined) writeBenchmarksSection('## Edge data plane (Envoy)', body);
-    process.stdout.write(`${body}\n`);
+    const wantedAll = wanted === undefined;
+    if (measured.some((s) => !s.tls)) {
+      const body = report(samples, edge, machineLine(h2load), errors);
+      if (wantedAll) writeBenchmarksSection('## Edge data plane (Envoy)', body);
+      process.stdout.write(`${body}\n`);
+    }
+    if (TLS_STACKS.every((n) => measured.some((s) => s.name === n))) {
+      const tlsBody = tlsReport({
+        all: (mode, name, ep) => samples.get(key(mode, name, ep)) ?? [], handshakes: (name) => handshakes.get(name) ?? [],
+        stacks: measured, eps: EPS, epName: (ep) => epNameOf(ep, edge.readBytes), fixed: MODES.includes('fixed'), satConnections: SAT_CONNECTIONS,
+        load: `${fmt(load0, 1)} at the start, ${fmt(loadavg()[0] ?? 0, 1)} at the end (1-minute average, ${availableParallelism()} vCPUs)`,
+        busyMachine: Math.max(load0, loadavg()[0] ?? 0) >= availableParallelism(), machine: machineLine(h2load), rounds: ROUNDS, seconds: SECONDS, errors,
+      });
+      if (wantedAll || measured.every((s) => s.tls)) writeBenchmarksSection('## Edge data plane over TLS (Envoy)', tlsBody);
+      process.stdout.write(`${tlsBody}\n`);
+    }
   } finally {
     await edge.stop();
   }
@@ -95,7 +124,7 @@ async function measure(h2load: string, edge: Edge, dir: string, s: Stack, ep: Ep
   const ts = s.tsPid;
   const pids = [s.envoy.pid, ts, backend, floor, redis];
   const load = (seconds: number): ReturnType<typeof runH2load> => runH2load(h2load, {
-    url: `http://127.0.0.1:${s.port}${ep === 'markets' ? MARKETS_PATH : ORDERS_PATH}`,
+    url: `${s.origin}${ep === 'markets' ? MARKETS_PATH : ORDERS_PATH}`,
     h1: true,
     ...(ep === 'orders' ? { dataFile: edge.orderFile } : {}),
     headers: ep === 'orders' ? { ...CLIENT_HEADERS, 'content-type': 'application/json' } : CLIENT_HEADERS,
@@ -134,13 +163,15 @@ async function measure(h2load: string, edge: Edge, dir: string, s: Stack, ep: Ep
 
 /** The docs section: targets, the two load tables, per-round inputs, what `minimal` buys, the method. */
 function report(samples: Samples, edge: Edge, machine: string, errors: readonly string[]): string {
-  const { stacks, readBytes } = edge;
+  // The TLS stacks have their own section (bench/lib/edge-tls.ts).
+  const stacks = edge.stacks.filter((s) => !s.tls);
+  const { readBytes } = edge;
   const all = (mode: Mode, s: Stack | Stack['name'], ep: Ep): Sample[] => samples.get(key(mode, s, ep)) ?? [];
   const med = (mode: Mode, s: Stack, ep: Ep, f: (x: Sample) => number): number => median(all(mode, s, ep).map(f));
   const paired = (mode: Mode, a: Stack['name'], b: Stack['name'], ep: Ep, f: (x: Sample, y: Sample) => number): number =>
     pairedMedian(all(mode, a, ep), all(mode, b, ep), f);
   const count = (list: readonly Sample[]): string => `${list.reduce((a, x) => a + x.ok, 0)}/${list.reduce((a, x) => a + x.done, 0)}`;
-  const epName = (ep: Ep): string => (ep === 'markets' ? `\`GET ${MARKETS_PATH}\` (one market, ${readBytes} bytes)` : `\`POST ${ORDERS_PATH}\` (256-byte payload, mTLS backend)`);
+  const epName = (ep: Ep): string => epNameOf(ep, readBytes);
   const servesMarket = (s: Stack): boolean => s.authzPid === s.tsPid;
   const targets: string[][] = [];
   const satRows: string[][] = [];

@@ -20,6 +20,9 @@
  *   (3u) as (3) with Envoy reaching the TS process over Unix domain sockets (AUTHZ_GRPC_SOCKET,
  *       MARKET_SOCKET: the TS process listens on both its TCP ports and the sockets), for the
  *       side-by-side comparison with loopback TCP (docs/envoy.md "Unix domain sockets").
+ *   (1t), (2t), (3t): (1), (2), (3) with TLS on the client listener (EDGE_TLS_CERT_FILE and
+ *       EDGE_TLS_KEY_FILE: a P-256 development certificate, scripts/dev/edge-server-cert.ts), the
+ *       production DownstreamTlsContext (envoy/render/tls.ts); bench/lib/edge-tls.ts measures them.
  * (1)–(3*) are rendered with RATE_LIMIT_SCOPE=local (the default with REDIS_URL is global).
  * Shared upstreams: the TS process's market service (its MARKET_PORT, also (3)'s authz) and the
  * demo mTLS order backend (bench/edge-backend.ts). RPS_PER_IP = RATE_BURST = 10^6, so the limiter
@@ -37,8 +40,10 @@ import { freePort, PrivateRedis } from '../../authz/test/redis-server.ts';
 import { envoyBinary } from '../../envoy/envoy-bin.ts';
 import { renderEnvoy } from '../../envoy/render.ts';
 import { generateDevPki } from '../../scripts/dev/certs.ts';
+import { ensureEdgeServerCert } from '../../scripts/dev/edge-server-cert.ts';
 import { signedIngest } from '../../scripts/edge-client.ts';
 import { forkNode, spawnProgram, type Child } from './child.ts';
+import { edgeRequest, TLS_STACKS } from './edge-tls.ts';
 import { redisPid } from './env.ts';
 
 export type Ep = 'markets' | 'orders';
@@ -61,9 +66,13 @@ export const CLIENT_HEADERS: Readonly<Record<string, string>> = {
 };
 
 export interface Stack {
-  readonly name: '1' | '2' | '3' | '3*' | '4' | '4-' | '3u';
+  readonly name: '1' | '2' | '3' | '3*' | '4' | '4-' | '3u' | '1t' | '2t' | '3t';
   readonly label: string;
   readonly port: number;
+  /** The client listener's scheme and address: `https://127.0.0.1:<port>` for (1t)–(3t), else http. */
+  readonly origin: string;
+  /** TLS on the client listener ((1t), (2t), (3t)). */
+  readonly tls: boolean;
   readonly envoy: Child;
   readonly adminPort: number;
   /** The ext_authz process: the floor for (2), the TS process for (3)/(3*)/(4)/(4−), none for (1). */
@@ -84,6 +93,8 @@ export interface Edge {
   readonly readBytes: number;
   /** The TS process's admin port (its /metrics). */
   readonly authzAdminPort: number;
+  /** The CA that issued the TLS stacks' server certificate (undefined when none of them runs). */
+  readonly tlsCaFile: string | undefined;
   stop(): Promise<void>;
 }
 
@@ -99,10 +110,10 @@ function bare(node: unknown): unknown {
   return out;
 }
 
-async function waitHttp(url: string): Promise<void> {
+async function waitHttp(url: string, ca?: string): Promise<void> {
   for (let i = 0; i < 300; i++) {
     try {
-      if ((await fetch(url)).status < 500) return;
+      if ((await edgeRequest(url, { ca })).status < 500) return;
     } catch { /* not yet */ }
     await sleep(50);
   }
@@ -165,29 +176,39 @@ export async function startEdge(dir: string, log: (m: string) => void): Promise<
       ['4', '(4) full edge + global rate limit (leases)', grpcPort, ts.pid],
       ['4-', '(4−) full edge + global rate limit, no leases', grpcPort2, ts2.pid],
       ['3u', '(3u) full edge, Unix sockets', grpcPort, ts.pid],
+      ['1t', '(1t) bare Envoy, TLS', grpcPort, undefined],
+      ['2t', '(2t) floor, TLS', floor.port, floor.pid],
+      ['3t', '(3t) full edge, TLS', grpcPort, ts.pid],
     ] as const;
     // BENCH_STACKS: a subset (bench/edge.ts); (3) always, the market is ingested through it.
     const only = process.env['BENCH_STACKS']?.split(',').map((x) => x.trim());
+    const wanted = (name: Stack['name']): boolean => only === undefined || name === '3' || only.includes(name);
+    const server = TLS_STACKS.some(wanted) ? ensureEdgeServerCert(join(dir, 'edge-tls')) : undefined;
+    const serverSdsPath = join(dir, 'sds-server-cert.yaml');
     for (const [name, label, authzPort, authzPid] of variants) {
-      if (only !== undefined && name !== '3' && !only.includes(name)) continue;
+      if (!wanted(name)) continue;
       const [port, envoyAdmin] = [await freePort(), await freePort()];
       const own = name === '4-';
+      const tls = (TLS_STACKS as readonly string[]).includes(name) && server !== undefined;
       const config = loadConfig({
         ...base, EDGE_PORT: String(port), ENVOY_ADMIN_PORT: String(envoyAdmin), AUTHZ_GRPC_PORT: String(authzPort),
         ...(own ? { MARKET_PORT: String(marketPort2) } : {}),
         RATE_LIMIT_SCOPE: name === '4' || name === '4-' ? 'global' : 'local',
         ...(name === '3u' ? sockets : {}),
+        ...(tls ? { EDGE_TLS_CERT_FILE: server.certFile, EDGE_TLS_KEY_FILE: server.keyFile } : {}),
       });
       // The access log is formatted and written as in production, to /dev/null instead of stdout.
-      const rendered = renderEnvoy(config, { sdsPath, allowedHeaders: name === '3*' ? 'all' : 'minimal', accessLogPath: '/dev/null' });
+      const rendered = renderEnvoy(config, { sdsPath, serverSdsPath, allowedHeaders: name === '3*' ? 'all' : 'minimal', accessLogPath: '/dev/null' });
       const file = join(dir, `envoy-${port}.yaml`);
-      writeFileSync(file, name === '1' ? YAML.stringify(bare(YAML.parse(rendered.bootstrap))) : rendered.bootstrap);
+      if (rendered.serverSds !== undefined) writeFileSync(serverSdsPath, rendered.serverSds);
+      writeFileSync(file, name === '1' || name === '1t' ? YAML.stringify(bare(YAML.parse(rendered.bootstrap))) : rendered.bootstrap);
       if (rendered.sds !== undefined) writeFileSync(sdsPath, rendered.sds);
       const envoy = spawnProgram(envoyBinary(), ['-c', file, '--disable-hot-restart', '--concurrency', '1', '-l', 'error'], { logFile: join(dir, `envoy-${name}.log`) });
       children.push(envoy);
-      stacks.push({ name, label, port, envoy, adminPort: envoyAdmin, authzPid, tsPid: own ? ts2.pid : ts.pid, tsAdminPort: own ? adminPort2 : adminPort });
+      stacks.push({ name, label, port, origin: `${tls ? 'https' : 'http'}://127.0.0.1:${port}`, tls, envoy, adminPort: envoyAdmin, authzPid, tsPid: own ? ts2.pid : ts.pid, tsAdminPort: own ? adminPort2 : adminPort });
     }
-    for (const s of stacks) await waitHttp(`http://127.0.0.1:${s.port}/healthz`);
+    const ca = server?.caFile;
+    for (const s of stacks) await waitHttp(`${s.origin}/healthz`, ca);
 
     // One market, ingested (HMAC + Ed25519 signed, as the feed does) through the full edge.
     const market = '0xbench';
@@ -209,19 +230,19 @@ export async function startEdge(dir: string, log: (m: string) => void): Promise<
     const sha = (b: string | Buffer): string => createHash('sha256').update(b).digest('hex');
     let readBytes = 0;
     for (const s of stacks) {
-      const r = await fetch(`http://127.0.0.1:${s.port}${MARKETS_PATH}`, { headers: CLIENT_HEADERS });
-      const text = await r.text();
+      const r = await edgeRequest(`${s.origin}${MARKETS_PATH}`, { ca, headers: CLIENT_HEADERS });
+      const { text } = r;
       if (r.status !== 200 || !text.includes(market)) throw new Error(`preflight ${s.label} read: ${r.status} ${text.slice(0, 200)}`);
       readBytes = Buffer.byteLength(text);
-      const o = await fetch(`http://127.0.0.1:${s.port}${ORDERS_PATH}`, { method: 'POST', body: orderJson, headers: { ...CLIENT_HEADERS, 'content-type': 'application/json' } });
-      const got = (await o.json()) as { bytes?: number; sha256?: string };
-      const want = s.name === '1' ? { bytes: Buffer.byteLength(orderJson), sha256: sha(orderJson) } : { bytes: 256, sha256: sha(payload) };
+      const o = await edgeRequest(`${s.origin}${ORDERS_PATH}`, { ca, method: 'POST', body: orderJson, headers: { ...CLIENT_HEADERS, 'content-type': 'application/json' } });
+      const got = JSON.parse(o.text) as { bytes?: number; sha256?: string };
+      const want = s.name === '1' || s.name === '1t' ? { bytes: Buffer.byteLength(orderJson), sha256: sha(orderJson) } : { bytes: 256, sha256: sha(payload) };
       if (o.status !== 200 || got.bytes !== want.bytes || got.sha256 !== want.sha256) throw new Error(`preflight ${s.label} order: ${o.status} ${JSON.stringify(got)}`);
     }
     log('preflight ok: every stack reads the market and delivers the order as expected');
     const redisProc = redisPid(redis.url);
     if (redisProc === undefined) throw new Error('the private redis-server has no /proc entry');
-    return { stacks, pids: { ts: ts.pid, floor: floor.pid, backend: backend.pid, redis: redisProc }, orderFile, readBytes, authzAdminPort: adminPort, stop };
+    return { stacks, pids: { ts: ts.pid, floor: floor.pid, backend: backend.pid, redis: redisProc }, orderFile, readBytes, authzAdminPort: adminPort, tlsCaFile: ca, stop };
   } catch (err) {
     await stop();
     throw err;
