@@ -3,7 +3,7 @@
  * compiled JavaScript, default
  * GeoIP database, Redis store) behind real Envoy, as e2e/lib/stack.ts starts it, measured
  *   idle → after 100,000 markets ingested through Envoy → after 30 s idle →
- *   after 100,000 and then 1,000,000 distinct market queries (the page-cache attack).
+ *   after 100,000 and then 1,000,000 distinct market queries (the page-cache attack) → after 30 s idle again.
  * RSS from /proc/<pid>/status; heap used/total and external memory from the process's own
  * /metrics (prom-client's nodejs_* gauges). The queries go straight to the market port: they
  * exercise the page cache, which lives there; a Check per query would add nothing it keeps.
@@ -128,6 +128,11 @@ export async function measureMemory(opts: MemoryOptions): Promise<MemorySample[]
       sent = n;
       if (failed > 0) throw new Error(`${failed} queries failed`);
       await sample(`after ${n.toLocaleString('en')} distinct market queries`);
+    }
+    // What the process keeps once the query burst is over (memory-release.ts acts when it is quiet).
+    if (opts.idleSecs > 0) {
+      await sleep(opts.idleSecs * 1000);
+      await sample(`${opts.idleSecs} s idle after the queries`);
     }
   } finally {
     agent.destroy();
