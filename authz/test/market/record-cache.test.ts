@@ -197,7 +197,7 @@ describe('record cache: cursor pages assembled from cached records', () => {
     await sleep(20);
     await b.store.pageBody({ limit: 5, after: '0xrec' }, 'markets');
     assert.ok(b.store.cachedRecords.entries > 0);
-    await a.redis.client('KILL', 'TYPE', 'pubsub');
+    await a.redis.call('CLIENT', 'KILL', 'TYPE', 'pubsub');
     for (let i = 0; i < 100 && b.store.cachedRecords.entries > 0; i++) await sleep(10);
     assert.equal(b.store.cachedRecords.entries, 0);
   });
