@@ -20,6 +20,8 @@ export interface MemorySample {
   readonly heapUsedMb: number;
   readonly heapTotalMb: number;
   readonly externalMb: number;
+  /** The glibc heap's resident part (mallocMb). */
+  readonly mallocMb: number;
   readonly pageCacheEntries: number;
   readonly seconds: number;
 }
@@ -33,6 +35,27 @@ export interface MemoryOptions {
   readonly env?: Readonly<Record<string, string>>;
   /** The service's entry script (default authz/src/main.ts; bench/lib/compile-js.ts for the image's form). */
   readonly serviceEntry?: string;
+}
+
+/**
+ * RSS of the process's glibc heap: the main arena (`[heap]`, what the JS thread's malloc uses) and
+ * the other arenas (anonymous mappings of 64 MiB reserved, `MALLOC_ARENA_MAX`), told from V8's own
+ * pages (256 KiB chunks) by their reservation. Approximate: a mapping is counted by its address range.
+ */
+function mallocMb(pid: number): number {
+  let kb = 0;
+  let take = false;
+  for (const line of readFileSync(`/proc/${pid}/smaps`, 'utf8').split('\n')) {
+    const m = /^([0-9a-f]+)-([0-9a-f]+) \S+ \S+ \S+ (\d+)\s*(.*)$/.exec(line);
+    if (m !== null) {
+      const size = Number.parseInt(m[2]!, 16) - Number.parseInt(m[1]!, 16);
+      const anon = m[3] === '0' && m[4] === '';
+      take = m[4] === '[heap]' || (anon && size >= 60 * 1_048_576 && size <= 64 * 1_048_576);
+      continue;
+    }
+    if (take && line.startsWith('Rss:')) kb += Number(/(\d+)/.exec(line)?.[1] ?? 0);
+  }
+  return kb / 1024;
 }
 
 function rssMb(pid: number): number {
@@ -79,11 +102,11 @@ export async function measureMemory(opts: MemoryOptions): Promise<MemorySample[]
     const mb = (k: string): number => (m.get(k) ?? NaN) / 1_048_576;
     const s = {
       phase, rssMb: rssMb(authzPid), heapUsedMb: mb('edge_authz_nodejs_heap_size_used_bytes'), heapTotalMb: mb('edge_authz_nodejs_heap_size_total_bytes'),
-      externalMb: mb('edge_authz_nodejs_external_memory_bytes'), pageCacheEntries: m.get('edge_market_page_cache_entries') ?? NaN,
+      externalMb: mb('edge_authz_nodejs_external_memory_bytes'), mallocMb: mallocMb(authzPid), pageCacheEntries: m.get('edge_market_page_cache_entries') ?? NaN,
       seconds: (performance.now() - t0) / 1000,
     };
     samples.push(s);
-    opts.log(`memory: ${phase}: RSS ${s.rssMb.toFixed(0)} MB, heap ${s.heapUsedMb.toFixed(0)}/${s.heapTotalMb.toFixed(0)} MB, external ${s.externalMb.toFixed(0)} MB, page cache ${s.pageCacheEntries}`);
+    opts.log(`memory: ${phase}: RSS ${s.rssMb.toFixed(0)} MB, heap ${s.heapUsedMb.toFixed(0)}/${s.heapTotalMb.toFixed(0)} MB, external ${s.externalMb.toFixed(0)} MB, malloc ${s.mallocMb.toFixed(0)} MB, page cache ${s.pageCacheEntries}`);
   };
   const edgePort = Number(new URL(stack.edgeUrl).port);
   const marketPort = Number(stack.env['MARKET_PORT']);
@@ -148,6 +171,6 @@ export async function measureMemory(opts: MemoryOptions): Promise<MemorySample[]
 }
 
 export function memoryTable(runs: readonly { readonly name: string; readonly samples: readonly MemorySample[] }[]): string {
-  const rows = runs.flatMap((r) => r.samples.map((s) => `| ${r.name} | ${s.phase} | ${s.rssMb.toFixed(0)} | ${s.heapUsedMb.toFixed(0)} | ${s.heapTotalMb.toFixed(0)} | ${s.externalMb.toFixed(0)} | ${s.pageCacheEntries} | ${s.seconds.toFixed(0)} |`));
-  return ['| configuration | phase | RSS MB | heap used MB | heap total MB | external MB | cached pages | at s |', '| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |', ...rows].join('\n');
+  const rows = runs.flatMap((r) => r.samples.map((s) => `| ${r.name} | ${s.phase} | ${s.rssMb.toFixed(0)} | ${s.heapUsedMb.toFixed(0)} | ${s.heapTotalMb.toFixed(0)} | ${s.externalMb.toFixed(0)} | ${s.mallocMb.toFixed(0)} | ${s.pageCacheEntries} | ${s.seconds.toFixed(0)} |`));
+  return ['| configuration | phase | RSS MB | heap used MB | heap total MB | external MB | malloc heap MB | cached pages | at s |', '| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |', ...rows].join('\n');
 }

@@ -602,7 +602,7 @@ export class RedisMarketStore implements MarketStore {
       for (let i = 0; i < ids.length; i++) records[i] ??= fetched.get(ids[i] as string);
     }
     const parts: Buffer[] = [];
-    const versions = createHash('sha1');
+    const tags: string[] = [];
     let n = 0;
     let last: string | undefined;
     let more = false;
@@ -611,14 +611,14 @@ export class RedisMarketStore implements MarketStore {
       if (r === undefined) continue;
       if (n === q.limit) { more = true; break; }
       const id = ids[i] as string;
-      versions.update(n === 0 ? `${id}:${r.seq}` : `,${id}:${r.seq}`);
+      tags.push(`${id}:${r.seq}`);
       n++;
       last = id;
       const part = kind === 'markets' ? r.item : r.quotes;
       if (part.length > 0) parts.push(part);
     }
     const next = more ? last : undefined;
-    return { body: pageBodyBytes(kind, parts, next), etag: pageEtag(kind, next, versions.digest('hex')) };
+    return { body: pageBodyBytes(kind, parts, next), etag: pageEtag(kind, next, createHash('sha1').update(tags.join(',')).digest('hex')) };
   }
 
   async #pageFromRedis(q: PageQuery): Promise<Page> {
