@@ -14,9 +14,10 @@
  * With REDIS_MIN_REPLICAS ≥ 1 writes run on a connection of their own and are answered only
  * once replicas confirmed them (common/adapters/replica-wait.ts), so a Sentinel failover cannot
  * lose a record the ingest was answered 200 for.
- * Reads of a page are one Lua script (ids by ZRANGE BYLEX + their items): one round trip,
- * O(log N + limit). (The scripts touch keys they compute, so they need a non-cluster Redis or
- * Sentinel; see docs/market-data.md.)
+ * A page of listed ids is one Lua script (their items and seqs): one round trip. A page by cursor
+ * is its ids by ZRANGE BYLEX, O(log N + limit), then one script for the records the record cache
+ * lacks (none in steady use). (The scripts touch keys they compute, so they need a non-cluster
+ * Redis or Sentinel; see docs/market-data.md.)
  *
  * Cache: `get()` (order checks) and `page()` (reads) answer from memory while an entry is
  * younger than MARKET_CACHE_TTL_MS; a hit in the second half of that time also starts the read
@@ -29,7 +30,8 @@
  * one market or one page share one round trip; an invalidation also drops those in flight, so
  * a later caller never joins a read that may have seen the old value. Two replicas disagree
  * for at most the pub/sub delay, and never longer than the TTL even if a message is lost.
- * Nothing is cached while the subscriber is not subscribed.
+ * Nothing is cached while the subscriber is not subscribed. The record cache (what cursor pages
+ * are assembled from) follows the lookup cache's rules: an entry per market, dropped with it.
  */
 import { createHash, randomUUID } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -86,34 +88,9 @@ if v[2] == ARGV[3] then return 1 end
 return 0
 `;
 
-// KEYS[1] = index set; ARGV[1] = exclusive start ('-' or '(' .. id); ARGV[2] = count; ARGV[3] = key prefix
-const PAGE_SCRIPT = `
-local ids = redis.call('ZRANGE', KEYS[1], ARGV[1], '+', 'BYLEX', 'LIMIT', 0, tonumber(ARGV[2]))
-local out = {}
-for i, id in ipairs(ids) do
-  local v = redis.call('HMGET', ARGV[3] .. id, 'item', 'quotes')
-  out[#out + 1] = id
-  out[#out + 1] = v[1] or false
-  out[#out + 1] = v[2] or false
-end
-return out
-`;
-
-// ARGV = key prefix, ids…
-const MGET_SCRIPT = `
-local out = {}
-for i = 2, #ARGV do
-  local v = redis.call('HMGET', ARGV[1] .. ARGV[i], 'item', 'quotes')
-  out[#out + 1] = ARGV[i]
-  out[#out + 1] = v[1] or false
-  out[#out + 1] = v[2] or false
-end
-return out
-`;
-
-// The records of the markets a cursor page names and the record cache lacks (pageBody): per id
-// its seq, item and quotes, or false × 3 when its hash is gone. Read as Buffers, so the service
-// decodes no string per record; it joins the records into the body.
+// Records by id: per id its seq, item and quotes, or false × 3 when its hash is gone. Lookups
+// (order checks) and page() read it as strings; cursor pages (pageBody) read the records the
+// record cache lacks as Buffers, so the service decodes no string per record.
 // ARGV = key prefix, ids…
 const RECORDS_SCRIPT = `
 local out = {}
@@ -181,8 +158,7 @@ const RESOLVE_POLL_MS = 100;
 interface Scripts {
   edgeMarketPut(...a: string[]): Promise<number>;
   edgeMarketResolve(...a: string[]): Promise<number>;
-  edgeMarketPage(...a: (string | number)[]): Promise<Row[]>;
-  edgeMarketMget(...a: string[]): Promise<Row[]>;
+  edgeMarketRecords(...a: string[]): Promise<Row[]>;
   // defineCommand's Buffer variants: bulk strings as Buffers, never decoded to strings.
   edgeMarketRecordsBuffer(...a: string[]): Promise<(Buffer | null)[]>;
   edgeMarketMgetBodyBuffer(...a: string[]): Promise<(Buffer | number | null)[]>;
@@ -319,8 +295,6 @@ export class RedisMarketStore implements MarketStore {
     this.#cmd = redis as unknown as Scripts;
     redis.defineCommand('edgeMarketPut', { numberOfKeys: 4, lua: PUT_SCRIPT });
     redis.defineCommand('edgeMarketResolve', { numberOfKeys: 1, lua: RESOLVE_SCRIPT });
-    redis.defineCommand('edgeMarketPage', { numberOfKeys: 1, lua: PAGE_SCRIPT });
-    redis.defineCommand('edgeMarketMget', { numberOfKeys: 0, lua: MGET_SCRIPT });
     redis.defineCommand('edgeMarketRecords', { numberOfKeys: 0, lua: RECORDS_SCRIPT });
     redis.defineCommand('edgeMarketMgetBody', { numberOfKeys: 0, lua: MGET_BODY_SCRIPT });
     this.#replicas = opts.replicas;
@@ -630,8 +604,8 @@ export class RedisMarketStore implements MarketStore {
     }
     const index = q.active === undefined ? INDEX_KEY : ACTIVE_INDEX(q.active);
     const start = q.after === undefined ? '-' : `(${q.after}`;
-    const rows = (await this.#cmd.edgeMarketPage(index, start, q.limit + 1, MARKET_KEY_PREFIX)) ?? [];
-    const markets = this.#decodeRows(rows);
+    const ids = await this.#redis.zrange(index, start, '+', 'BYLEX', 'LIMIT', 0, q.limit + 1);
+    const markets = (await this.#fetch(ids)).filter((m): m is PageItem => m !== undefined);
     const more = markets.length > q.limit;
     const page = markets.slice(0, q.limit);
     return { markets: page, next: more ? page.at(-1)?.conditionId : undefined };
@@ -639,22 +613,11 @@ export class RedisMarketStore implements MarketStore {
 
   async #fetch(ids: readonly string[]): Promise<(PageItem | undefined)[]> {
     if (ids.length === 0) return [];
-    const rows = await this.#cmd.edgeMarketMget(MARKET_KEY_PREFIX, ...ids);
-    const out: (PageItem | undefined)[] = [];
-    for (let i = 0; i < rows.length; i += 3) {
-      const item = rows[i + 1];
-      out.push(item ? { conditionId: rows[i] as string, item, quotes: rows[i + 2] ?? '' } : undefined);
-    }
-    return out;
-  }
-
-  #decodeRows(rows: Row[]): PageItem[] {
-    const out: PageItem[] = [];
-    for (let i = 0; i < rows.length; i += 3) {
-      const item = rows[i + 1];
-      if (item) out.push({ conditionId: rows[i] as string, item, quotes: rows[i + 2] ?? '' });
-    }
-    return out;
+    const rows = await this.#cmd.edgeMarketRecords(MARKET_KEY_PREFIX, ...ids);
+    return ids.map((conditionId, i) => {
+      const item = rows[3 * i + 1];
+      return item ? { conditionId, item, quotes: rows[3 * i + 2] ?? '' } : undefined;
+    });
   }
 
   ready(): boolean {
