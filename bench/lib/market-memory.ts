@@ -124,19 +124,21 @@ export async function measureMemory(opts: MemoryOptions): Promise<MemorySample[]
         outcomes: [{ tokenId: `${i}1`, name: 'Yes', bid: '0.51', ask: '0.53', last: '0.52' }, { tokenId: `${i}2`, name: 'No', bid: '0.47', ask: '0.49', last: '0.48' }],
         updatedAt: 1763700000,
       }));
-      // An ingest refused with 503 (authz or Redis too slow on a busy host) is sent again, freshly
-      // signed, as the feed would; anything else is a failure of the run.
+      // An ingest refused with 503 (authz or Redis too slow on a busy host) or answered 504 (the
+      // store did not confirm the write in time) is sent again, freshly signed, as the feed would
+      // (docs/api.md): then 409 `stale_document` means the earlier attempt was stored. Anything
+      // else is a failure of the run.
       for (let attempt = 1; ; attempt++) {
         const s = signedIngest(doc, ids(i), stack.hmacKey, stack.feedPrivateKey);
         const status = await httpCall(agent, edgePort, 'POST', '/internal/ingest/market', { ...s.headers, 'content-length': String(s.body.length) }, s.body);
-        if (status === 200) break;
-        if (status !== 503 || attempt === 3) { failed++; opts.log(`memory: ingest ${i} answered ${status}`); break; }
+        if (status === 200 || (status === 409 && attempt > 1)) break;
+        if ((status !== 503 && status !== 504) || attempt === 5) { failed++; opts.log(`memory: ingest ${i} answered ${status}`); break; }
         resent++;
       }
       if ((i + 1) % 20_000 === 0) opts.log(`memory: ${(i + 1).toLocaleString('en')} markets ingested`);
     });
     if (failed > 0) throw new Error(`${failed} ingests failed`);
-    if (resent > 0) opts.log(`memory: ${resent} ingests answered 503 under load and were sent again`);
+    if (resent > 0) opts.log(`memory: ${resent} ingests answered 503 or 504 under load and were sent again`);
     await sample(`after ${opts.markets.toLocaleString('en')} markets ingested through Envoy`);
     await sleep(opts.idleSecs * 1000);
     await sample(`${opts.idleSecs} s idle after that`);
@@ -155,7 +157,7 @@ export async function measureMemory(opts: MemoryOptions): Promise<MemorySample[]
       });
       sent = n;
       if (failed > 0) throw new Error(`${failed} queries failed`);
-      if (resent > 0) opts.log(`memory: ${resent} ingests and queries answered 503 under load and were sent again`);
+      if (resent > 0) opts.log(`memory: ${resent} ingests and queries answered 503 or 504 under load and were sent again`);
       await sample(`after ${n.toLocaleString('en')} distinct market queries`);
     }
     // What the process keeps once the query burst is over (memory-release.ts acts when it is quiet).
