@@ -13,9 +13,6 @@
  * - `MALLOC_ARENA_MAX=2`: glibc's per-thread malloc arenas (8 × cores by default) hold freed
  *   native memory of libuv's and V8's threads; two are plenty for one JS thread.
  *
- * V8's old-generation growth between full collections is bounded in code at start instead
- * (common/memory-release.ts `boundHeapGrowth`: Node refuses that flag in NODE_OPTIONS).
- *
  * `NODE_OPTIONS` given by the operator is kept: these flags come first, so the operator's win.
  */
 export const SERVICE_RUNTIME_ENV = {
