@@ -9,7 +9,7 @@ import { createAdminServer, type AdminSealResult } from './admin.ts';
 import { createApp, type App } from './app.ts';
 import type { Config } from './common/config.ts';
 import { listenAs } from './common/listen-error.ts';
-import { boundHeapGrowth, MEMORY_RELEASE_DEFAULTS, startMemoryRelease } from './common/memory-release.ts';
+import { MEMORY_RELEASE_DEFAULTS, startMemoryRelease } from './common/memory-release.ts';
 import type { Logger } from './common/log.ts';
 import { writeSealFile } from './common/seal-file.ts';
 import { listenAtSocket, ownSocket, prepareSocket, removeOwnSocketsAtExit, socketSettings } from './common/unix-socket.ts';
@@ -101,7 +101,6 @@ async function startApp(config: Config, logger: Logger, withAdmin: boolean): Pro
 
 /** Gives the heap a burst left behind back once the process is quiet (common/memory-release.ts). */
 function releaseMemoryWhenQuiet(logger: Logger): void {
-  boundHeapGrowth();
   startMemoryRelease({
     ...MEMORY_RELEASE_DEFAULTS,
     onRelease: (before, after, pauseMs) => logger.info({

@@ -41,23 +41,6 @@ function gc(): GcFn {
   return gcFn;
 }
 
-/**
- * How far V8 lets the old generation grow past what its last full collection left live before it
- * runs the next one: 20 % (×1.2). V8's own factor adapts between ×1.1 and ×4 and under a burst of
- * allocation it takes the high end: 10^5 distinct market queries grew the committed heap from 25
- * to 52–69 MB for ~25–45 MB used, and the native memory the garbage's ArrayBuffers held grew with
- * it (RSS +81 and +97 MB, 2,000 markets stored); with 20 % the same burst grew RSS by 21 MB
- * (docs/benchmarks.md "Market service memory"). The price is more frequent full collections of a
- * small heap. Not a NODE_OPTIONS flag (Node refuses it there), so set at start.
- */
-export const HEAP_GROWING_PERCENT = 20;
-
-/** Applies HEAP_GROWING_PERCENT (or `percent`) to this process's V8 heap. */
-export function boundHeapGrowth(percent: number = HEAP_GROWING_PERCENT): void {
-  if (!Number.isInteger(percent) || percent < 1) throw new RangeError(`heap growing percent: a positive integer, got ${percent}`);
-  setFlagsFromString(`--heap-growing-percent=${percent}`);
-}
-
 /** Starts the check; returns a function that stops it. */
 export function startMemoryRelease(opts: MemoryReleaseOptions = MEMORY_RELEASE_DEFAULTS): () => void {
   const collect = gc();
