@@ -88,7 +88,8 @@ async function memoryPart(): Promise<void> {
   const storedTs = storedOf(sources);
   const growth = growthOf(shipped);
   const growthTs = growthOf(sources);
-  const last = shipped.at(-1)!;
+  const last = [...shipped].reverse().find((x) => x.phase.includes('distinct market queries'))!;
+  const quiet = shipped.find((x) => x.phase === `${idleSecs} s idle after the queries`);
   const text = `Run by \`npm run bench:market\` (bench/market.ts, bench/lib/market-memory.ts) on ${today()}: ${machineLine(h2load)}.
 The real TS process (the default GeoIP database, \`REDIS_URL\` on a private redis-server) behind real Envoy, as the e2e suite starts it
 (e2e/lib/stack.ts). ${markets.toLocaleString('en')} signed markets ingested through Envoy (48 at a time: header phase, body Check, market service),
@@ -105,7 +106,7 @@ Other agents were loading the machine during the run (see "Machine busy" elsewhe
 | as shipped: RSS growth over ${growth.queries} ≤ ${QUERY_GROWTH_MAX_MB} MB | ${growth.mb.toFixed(0)} MB | ${met(growth.mb <= QUERY_GROWTH_MAX_MB)} |
 | .ts sources: RSS growth over ${growthTs.queries} ≤ ${QUERY_GROWTH_MAX_MB} MB | ${growthTs.mb.toFixed(0)} MB | ${met(growthTs.mb <= QUERY_GROWTH_MAX_MB)} |
 | as shipped: RSS growth over ${last.phase.replace(/^after /, '')} (informational) | ${(last.rssMb - stored.rssMb).toFixed(0)} MB | – |
-
+${quiet === undefined ? '' : `| as shipped: the same, ${idleSecs} s after the queries ended (informational: what the process keeps) | ${(quiet.rssMb - stored.rssMb).toFixed(0)} MB | – |\n`}
 ${memoryTable(runs)}
 
 ${MEMORY_FINDINGS}`;

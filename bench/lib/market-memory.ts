@@ -3,7 +3,7 @@
  * compiled JavaScript, default
  * GeoIP database, Redis store) behind real Envoy, as e2e/lib/stack.ts starts it, measured
  *   idle → after 100,000 markets ingested through Envoy → after 30 s idle →
- *   after 100,000 and then 1,000,000 distinct market queries (the page-cache attack).
+ *   after 100,000 and then 1,000,000 distinct market queries (the page-cache attack) → after 30 s idle again.
  * RSS from /proc/<pid>/status; heap used/total and external memory from the process's own
  * /metrics (prom-client's nodejs_* gauges). The queries go straight to the market port: they
  * exercise the page cache, which lives there; a Check per query would add nothing it keeps.
@@ -20,6 +20,8 @@ export interface MemorySample {
   readonly heapUsedMb: number;
   readonly heapTotalMb: number;
   readonly externalMb: number;
+  /** The glibc heap's resident part (mallocMb). */
+  readonly mallocMb: number;
   readonly pageCacheEntries: number;
   readonly seconds: number;
 }
@@ -33,6 +35,27 @@ export interface MemoryOptions {
   readonly env?: Readonly<Record<string, string>>;
   /** The service's entry script (default authz/src/main.ts; bench/lib/compile-js.ts for the image's form). */
   readonly serviceEntry?: string;
+}
+
+/**
+ * RSS of the process's glibc heap: the main arena (`[heap]`, what the JS thread's malloc uses) and
+ * the other arenas (anonymous mappings of 64 MiB reserved, `MALLOC_ARENA_MAX`), told from V8's own
+ * pages (256 KiB chunks) by their reservation. Approximate: a mapping is counted by its address range.
+ */
+function mallocMb(pid: number): number {
+  let kb = 0;
+  let take = false;
+  for (const line of readFileSync(`/proc/${pid}/smaps`, 'utf8').split('\n')) {
+    const m = /^([0-9a-f]+)-([0-9a-f]+) \S+ \S+ \S+ (\d+)\s*(.*)$/.exec(line);
+    if (m !== null) {
+      const size = Number.parseInt(m[2]!, 16) - Number.parseInt(m[1]!, 16);
+      const anon = m[3] === '0' && m[4] === '';
+      take = m[4] === '[heap]' || (anon && size >= 60 * 1_048_576 && size <= 64 * 1_048_576);
+      continue;
+    }
+    if (take && line.startsWith('Rss:')) kb += Number(/(\d+)/.exec(line)?.[1] ?? 0);
+  }
+  return kb / 1024;
 }
 
 function rssMb(pid: number): number {
@@ -79,11 +102,11 @@ export async function measureMemory(opts: MemoryOptions): Promise<MemorySample[]
     const mb = (k: string): number => (m.get(k) ?? NaN) / 1_048_576;
     const s = {
       phase, rssMb: rssMb(authzPid), heapUsedMb: mb('edge_authz_nodejs_heap_size_used_bytes'), heapTotalMb: mb('edge_authz_nodejs_heap_size_total_bytes'),
-      externalMb: mb('edge_authz_nodejs_external_memory_bytes'), pageCacheEntries: m.get('edge_market_page_cache_entries') ?? NaN,
+      externalMb: mb('edge_authz_nodejs_external_memory_bytes'), mallocMb: mallocMb(authzPid), pageCacheEntries: m.get('edge_market_page_cache_entries') ?? NaN,
       seconds: (performance.now() - t0) / 1000,
     };
     samples.push(s);
-    opts.log(`memory: ${phase}: RSS ${s.rssMb.toFixed(0)} MB, heap ${s.heapUsedMb.toFixed(0)}/${s.heapTotalMb.toFixed(0)} MB, external ${s.externalMb.toFixed(0)} MB, page cache ${s.pageCacheEntries}`);
+    opts.log(`memory: ${phase}: RSS ${s.rssMb.toFixed(0)} MB, heap ${s.heapUsedMb.toFixed(0)}/${s.heapTotalMb.toFixed(0)} MB, external ${s.externalMb.toFixed(0)} MB, malloc ${s.mallocMb.toFixed(0)} MB, page cache ${s.pageCacheEntries}`);
   };
   const edgePort = Number(new URL(stack.edgeUrl).port);
   const marketPort = Number(stack.env['MARKET_PORT']);
@@ -101,19 +124,21 @@ export async function measureMemory(opts: MemoryOptions): Promise<MemorySample[]
         outcomes: [{ tokenId: `${i}1`, name: 'Yes', bid: '0.51', ask: '0.53', last: '0.52' }, { tokenId: `${i}2`, name: 'No', bid: '0.47', ask: '0.49', last: '0.48' }],
         updatedAt: 1763700000,
       }));
-      // An ingest refused with 503 (authz or Redis too slow on a busy host) is sent again, freshly
-      // signed, as the feed would; anything else is a failure of the run.
+      // An ingest refused with 503 (authz or Redis too slow on a busy host) or answered 504 (the
+      // store did not confirm the write in time) is sent again, freshly signed, as the feed would
+      // (docs/api.md): then 409 `stale_document` means the earlier attempt was stored. Anything
+      // else is a failure of the run.
       for (let attempt = 1; ; attempt++) {
         const s = signedIngest(doc, ids(i), stack.hmacKey, stack.feedPrivateKey);
         const status = await httpCall(agent, edgePort, 'POST', '/internal/ingest/market', { ...s.headers, 'content-length': String(s.body.length) }, s.body);
-        if (status === 200) break;
-        if (status !== 503 || attempt === 3) { failed++; opts.log(`memory: ingest ${i} answered ${status}`); break; }
+        if (status === 200 || (status === 409 && attempt > 1)) break;
+        if ((status !== 503 && status !== 504) || attempt === 5) { failed++; opts.log(`memory: ingest ${i} answered ${status}`); break; }
         resent++;
       }
       if ((i + 1) % 20_000 === 0) opts.log(`memory: ${(i + 1).toLocaleString('en')} markets ingested`);
     });
     if (failed > 0) throw new Error(`${failed} ingests failed`);
-    if (resent > 0) opts.log(`memory: ${resent} ingests answered 503 under load and were sent again`);
+    if (resent > 0) opts.log(`memory: ${resent} ingests answered 503 or 504 under load and were sent again`);
     await sample(`after ${opts.markets.toLocaleString('en')} markets ingested through Envoy`);
     await sleep(opts.idleSecs * 1000);
     await sample(`${opts.idleSecs} s idle after that`);
@@ -122,12 +147,23 @@ export async function measureMemory(opts: MemoryOptions): Promise<MemorySample[]
     for (const n of opts.queries) {
       const from = sent;
       await pool(n - from, 32, async (i) => {
-        const status = await httpCall(agent, marketPort, 'GET', `/v1/markets?conditionId=${known},0xnone-${from + i}`, {});
-        if (status !== 200) failed++;
+        // A query answered 503 (Redis slower than its command timeout on a busy host) is sent again.
+        for (let attempt = 1; ; attempt++) {
+          const status = await httpCall(agent, marketPort, 'GET', `/v1/markets?conditionId=${known},0xnone-${from + i}`, {});
+          if (status === 200) break;
+          if (status !== 503 || attempt === 3) { failed++; break; }
+          resent++;
+        }
       });
       sent = n;
       if (failed > 0) throw new Error(`${failed} queries failed`);
+      if (resent > 0) opts.log(`memory: ${resent} ingests and queries answered 503 or 504 under load and were sent again`);
       await sample(`after ${n.toLocaleString('en')} distinct market queries`);
+    }
+    // What the process keeps once the query burst is over (memory-release.ts acts when it is quiet).
+    if (opts.idleSecs > 0) {
+      await sleep(opts.idleSecs * 1000);
+      await sample(`${opts.idleSecs} s idle after the queries`);
     }
   } finally {
     agent.destroy();
@@ -137,6 +173,6 @@ export async function measureMemory(opts: MemoryOptions): Promise<MemorySample[]
 }
 
 export function memoryTable(runs: readonly { readonly name: string; readonly samples: readonly MemorySample[] }[]): string {
-  const rows = runs.flatMap((r) => r.samples.map((s) => `| ${r.name} | ${s.phase} | ${s.rssMb.toFixed(0)} | ${s.heapUsedMb.toFixed(0)} | ${s.heapTotalMb.toFixed(0)} | ${s.externalMb.toFixed(0)} | ${s.pageCacheEntries} | ${s.seconds.toFixed(0)} |`));
-  return ['| configuration | phase | RSS MB | heap used MB | heap total MB | external MB | cached pages | at s |', '| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |', ...rows].join('\n');
+  const rows = runs.flatMap((r) => r.samples.map((s) => `| ${r.name} | ${s.phase} | ${s.rssMb.toFixed(0)} | ${s.heapUsedMb.toFixed(0)} | ${s.heapTotalMb.toFixed(0)} | ${s.externalMb.toFixed(0)} | ${s.mallocMb.toFixed(0)} | ${s.pageCacheEntries} | ${s.seconds.toFixed(0)} |`));
+  return ['| configuration | phase | RSS MB | heap used MB | heap total MB | external MB | malloc heap MB | cached pages | at s |', '| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |', ...rows].join('\n');
 }

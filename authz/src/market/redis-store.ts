@@ -14,9 +14,10 @@
  * With REDIS_MIN_REPLICAS ≥ 1 writes run on a connection of their own and are answered only
  * once replicas confirmed them (common/adapters/replica-wait.ts), so a Sentinel failover cannot
  * lose a record the ingest was answered 200 for.
- * Reads of a page are one Lua script (ids by ZRANGE BYLEX + their items): one round trip,
- * O(log N + limit). (The scripts touch keys they compute, so they need a non-cluster Redis or
- * Sentinel; see docs/market-data.md.)
+ * A page of listed ids is one Lua script (their items and seqs): one round trip. A page by cursor
+ * is its ids by ZRANGE BYLEX, O(log N + limit), then one script for the records the record cache
+ * lacks (none in steady use). (The scripts touch keys they compute, so they need a non-cluster
+ * Redis or Sentinel; see docs/market-data.md.)
  *
  * Cache: `get()` (order checks) and `page()` (reads) answer from memory while an entry is
  * younger than MARKET_CACHE_TTL_MS; a hit in the second half of that time also starts the read
@@ -29,9 +30,10 @@
  * one market or one page share one round trip; an invalidation also drops those in flight, so
  * a later caller never joins a read that may have seen the old value. Two replicas disagree
  * for at most the pub/sub delay, and never longer than the TTL even if a message is lost.
- * Nothing is cached while the subscriber is not subscribed.
+ * Nothing is cached while the subscriber is not subscribed. The record cache (what cursor pages
+ * are assembled from) follows the lookup cache's rules: an entry per market, dropped with it.
  */
-import { randomUUID } from 'node:crypto';
+import { createHash, randomUUID } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { ReplyError, type Redis } from 'ioredis';
 import { neverSent, RedisClock, REDIS_COMMAND_TIMEOUT_MS } from '../common/adapters/redis.ts';
@@ -86,63 +88,24 @@ if v[2] == ARGV[3] then return 1 end
 return 0
 `;
 
-// KEYS[1] = index set; ARGV[1] = exclusive start ('-' or '(' .. id); ARGV[2] = count; ARGV[3] = key prefix
-const PAGE_SCRIPT = `
-local ids = redis.call('ZRANGE', KEYS[1], ARGV[1], '+', 'BYLEX', 'LIMIT', 0, tonumber(ARGV[2]))
-local out = {}
-for i, id in ipairs(ids) do
-  local v = redis.call('HMGET', ARGV[3] .. id, 'item', 'quotes')
-  out[#out + 1] = id
-  out[#out + 1] = v[1] or false
-  out[#out + 1] = v[2] or false
-end
-return out
-`;
-
+// Records by id: per id its seq, item and quotes, or false × 3 when its hash is gone. Lookups
+// (order checks) and page() read it as strings; cursor pages (pageBody) read the records the
+// record cache lacks as Buffers, so the service decodes no string per record.
 // ARGV = key prefix, ids…
-const MGET_SCRIPT = `
+const RECORDS_SCRIPT = `
 local out = {}
 for i = 2, #ARGV do
-  local v = redis.call('HMGET', ARGV[1] .. ARGV[i], 'item', 'quotes')
-  out[#out + 1] = ARGV[i]
-  out[#out + 1] = v[1] or false
-  out[#out + 1] = v[2] or false
-end
-return out
-`;
-
-// The page as served (pageBody): one bulk string per record and the page's version digest,
-// returned as Buffers, so the service neither decodes a string per record nor parses one; it
-// joins the records into the body. (Joining them here, with table.concat, costs Redis twice
-// the CPU of the whole script: Lua 5.1 builds a long string by repeated copies.)
-// KEYS[1] = index set; ARGV[1] = exclusive start ('-' or '(' .. id); ARGV[2] = limit;
-// ARGV[3] = key prefix; ARGV[4] = 'item' (markets) or 'quotes'.
-// Reply: {versions, count, last id or false, more (0|1), record…} where versions is the SHA-1
-// (hex) of the page's '<id>:<seq>' joined by ',' (store.ts pageEtag). As the page script:
-// limit + 1 ids are read, ids whose hash is gone are skipped, and more = 1 when the
-// (limit + 1)th had a record. Quotes: a market without rows ('') adds no record.
-const PAGE_BODY_SCRIPT = `
-local limit = tonumber(ARGV[2])
-local quotes = ARGV[4] == 'quotes'
-local ids = redis.call('ZRANGE', KEYS[1], ARGV[1], '+', 'BYLEX', 'LIMIT', 0, limit + 1)
-local out, tags = {false, 0, false, 0}, {}
-local n = 0
-for i, id in ipairs(ids) do
-  local v
-  if quotes then v = redis.call('HMGET', ARGV[3] .. id, 'item', 'seq', 'quotes')
-  else v = redis.call('HMGET', ARGV[3] .. id, 'item', 'seq') end
-  if v[1] then
-    if n == limit then out[4] = 1 break end
-    n = n + 1
-    out[3] = id
-    tags[n] = id .. ':' .. (v[2] or '')
-    local r = v[1]
-    if quotes then r = v[3] or '' end
-    if r ~= '' then out[#out + 1] = r end
+  local v = redis.call('HMGET', ARGV[1] .. ARGV[i], 'seq', 'item', 'quotes')
+  if v[2] then
+    out[#out + 1] = v[1] or ''
+    out[#out + 1] = v[2]
+    out[#out + 1] = v[3] or ''
+  else
+    out[#out + 1] = false
+    out[#out + 1] = false
+    out[#out + 1] = false
   end
 end
-out[1] = redis.sha1hex(table.concat(tags, ','))
-out[2] = n
 return out
 `;
 
@@ -195,10 +158,9 @@ const RESOLVE_POLL_MS = 100;
 interface Scripts {
   edgeMarketPut(...a: string[]): Promise<number>;
   edgeMarketResolve(...a: string[]): Promise<number>;
-  edgeMarketPage(...a: (string | number)[]): Promise<Row[]>;
-  edgeMarketMget(...a: string[]): Promise<Row[]>;
+  edgeMarketRecords(...a: string[]): Promise<Row[]>;
   // defineCommand's Buffer variants: bulk strings as Buffers, never decoded to strings.
-  edgeMarketPageBodyBuffer(...a: (string | number)[]): Promise<(Buffer | number | null)[]>;
+  edgeMarketRecordsBuffer(...a: string[]): Promise<(Buffer | null)[]>;
   edgeMarketMgetBodyBuffer(...a: string[]): Promise<(Buffer | number | null)[]>;
 }
 
@@ -238,6 +200,44 @@ export function pageBodyKey(q: PageQuery, kind: PageKind): string {
 }
 
 /**
+ * A cursor page's body is cached only up to this size. A larger one (`limit` up to 500: ~800 KB
+ * of records) is assembled from the record cache per request instead: kept in the page cache it
+ * would live long enough to reach V8's old space, and its ArrayBuffer would be freed only by a
+ * full collection, which the churn of such bodies then triggered every few requests.
+ */
+export const PAGE_BODY_CACHE_MAX_BYTES = 256 * 1024;
+
+/**
+ * Bounds on the record cache: markets' stored records (seq, item and quotes texts as Buffers of
+ * their own) that cursor pages are assembled from, so a page the page cache lacks reads only its
+ * ids from Redis and then just the records not held here. Filled by page reads only; a record
+ * is dropped by the same invalidations as the lookup cache's entry for its market and lives at
+ * most MARKET_CACHE_TTL_MS. Charged at its bytes plus a fixed overhead; oldest dropped first.
+ */
+export const RECORD_CACHE_MAX_ENTRIES = 20_000;
+export const RECORD_CACHE_MAX_BYTES = 16 * 1_048_576;
+const RECORD_OVERHEAD_BYTES = 320;
+
+/** One market's stored record as the record cache holds it. */
+interface MarketRecord {
+  readonly seq: string;
+  readonly item: Buffer;
+  readonly quotes: Buffer;
+}
+
+/** The bytes a cached record is charged: the key (Latin-1), its Buffers and the fixed overhead. */
+export function recordCacheBytes(id: string, r: MarketRecord): number {
+  return RECORD_OVERHEAD_BYTES + 2 * id.length + r.seq.length + r.item.length + r.quotes.length;
+}
+
+/** A copy in an allocation of its own: a cached record must not keep a socket read's chunk (or the 8 KiB pool) alive. */
+function ownCopy(b: Buffer): Buffer {
+  const c = Buffer.allocUnsafeSlow(b.length);
+  b.copy(c);
+  return c;
+}
+
+/**
  * Bounds on the market lookup cache (order checks), oldest entry dropped first, expired ones
  * before anything else. Markets that exist are bounded by what the feed stored; markets that do
  * not are chosen by clients (any valid `marketId` of an order), so their entries have a bound of
@@ -270,6 +270,8 @@ export class RedisMarketStore implements MarketStore {
   /** Lookups of markets that do not exist (client-chosen ids): a separate, smaller bound. */
   readonly #misses = new TtlCache<null>({ maxEntries: MARKET_MISS_CACHE_MAX_ENTRIES, maxBytes: MARKET_MISS_CACHE_MAX_BYTES });
   readonly #pages = new TtlCache<Page | PageBody>({ maxEntries: PAGE_CACHE_MAX_ENTRIES, maxBytes: PAGE_CACHE_MAX_BYTES });
+  /** Records cursor pages are assembled from (see RECORD_CACHE_MAX_BYTES). */
+  readonly #records = new TtlCache<MarketRecord>({ maxEntries: RECORD_CACHE_MAX_ENTRIES, maxBytes: RECORD_CACHE_MAX_BYTES });
   /** Bumped by every invalidation; a read started before one is not cached after it. */
   #generation = 0;
   readonly #inflight = new Map<string, Promise<MarketMeta | undefined>>();
@@ -293,9 +295,7 @@ export class RedisMarketStore implements MarketStore {
     this.#cmd = redis as unknown as Scripts;
     redis.defineCommand('edgeMarketPut', { numberOfKeys: 4, lua: PUT_SCRIPT });
     redis.defineCommand('edgeMarketResolve', { numberOfKeys: 1, lua: RESOLVE_SCRIPT });
-    redis.defineCommand('edgeMarketPage', { numberOfKeys: 1, lua: PAGE_SCRIPT });
-    redis.defineCommand('edgeMarketMget', { numberOfKeys: 0, lua: MGET_SCRIPT });
-    redis.defineCommand('edgeMarketPageBody', { numberOfKeys: 1, lua: PAGE_BODY_SCRIPT });
+    redis.defineCommand('edgeMarketRecords', { numberOfKeys: 0, lua: RECORDS_SCRIPT });
     redis.defineCommand('edgeMarketMgetBody', { numberOfKeys: 0, lua: MGET_BODY_SCRIPT });
     this.#replicas = opts.replicas;
     this.#write = this.#cmd;
@@ -342,10 +342,12 @@ export class RedisMarketStore implements MarketStore {
     if (id === undefined) {
       this.#cache.clear();
       this.#misses.clear();
+      this.#records.clear();
       this.#inflight.clear();
     } else {
       this.#cache.delete(id);
       this.#misses.delete(id);
+      this.#records.delete(id);
       this.#inflight.delete(id);
     }
     // Any write may change any page: a read already in flight must not be joined either.
@@ -411,6 +413,11 @@ export class RedisMarketStore implements MarketStore {
   /** Entries held by the lookup cache (markets that exist, and lookups of ids that do not). */
   get cachedLookups(): { readonly markets: number; readonly misses: number } {
     return { markets: this.#cache.size, misses: this.#misses.size };
+  }
+
+  /** What the record cache holds: entries and their byte estimate (see RECORD_CACHE_MAX_BYTES). */
+  get cachedRecords(): { readonly entries: number; readonly bytes: number } {
+    return { entries: this.#records.size, bytes: this.#records.bytes };
   }
 
   /** What the page cache holds: entries and their byte estimate (see PAGE_CACHE_MAX_BYTES). */
@@ -520,33 +527,72 @@ export class RedisMarketStore implements MarketStore {
     const generation = this.#generation;
     return shareInFlight(this.#pageInflight, key, () => read().then((page) => {
       // Kept until `now` + TTL (aged from before the fetch: never longer than the TTL).
-      if (this.#subscribed && generation === this.#generation) this.#pages.set(key, page, now + this.#opts.cacheTtlMs, bytes(key, page), this.#now());
+      const worth = !('body' in page) || page.body.length <= PAGE_BODY_CACHE_MAX_BYTES;
+      if (worth && this.#subscribed && generation === this.#generation) this.#pages.set(key, page, now + this.#opts.cacheTtlMs, bytes(key, page), this.#now());
       return page;
     })) as Promise<T>;
   }
 
-  /** One page script: the records as Buffers and the page's version digest; the body is one Buffer.concat. */
+  /** A page as served: by cursor from the record cache and Redis (`#cursorPage`); listed ids by one script, its records as Buffers. */
   async #bodyFromRedis(q: PageQuery, kind: PageKind): Promise<PageBody> {
-    let reply: (Buffer | number | null)[];
-    let next: string | undefined;
-    let first: number;
-    if (q.ids !== undefined) {
-      const { want, more } = pageOfIds(q.ids, q);
-      next = more ? want.at(-1) : undefined;
-      if (want.length === 0) return { body: pageBodyBytes(kind, [], next), etag: pageEtag(kind, next, EMPTY_VERSIONS) };
-      const active = q.active === undefined ? '' : ACTIVE_INDEX(q.active);
-      reply = await this.#cmd.edgeMarketMgetBodyBuffer(MARKET_KEY_PREFIX, kind === 'markets' ? 'item' : 'quotes', active, ...want);
-      first = 2;
-    } else {
-      const index = q.active === undefined ? INDEX_KEY : ACTIVE_INDEX(q.active);
-      const start = q.after === undefined ? '-' : `(${q.after}`;
-      reply = await this.#cmd.edgeMarketPageBodyBuffer(index, start, q.limit, MARKET_KEY_PREFIX, kind === 'markets' ? 'item' : 'quotes');
-      const last = reply[2];
-      next = reply[3] === 1 && Buffer.isBuffer(last) ? last.toString('latin1') : undefined;
-      first = 4;
+    if (q.ids === undefined) return this.#cursorPage(q, kind);
+    const { want, more } = pageOfIds(q.ids, q);
+    const next = more ? want.at(-1) : undefined;
+    if (want.length === 0) return { body: pageBodyBytes(kind, [], next), etag: pageEtag(kind, next, EMPTY_VERSIONS) };
+    const active = q.active === undefined ? '' : ACTIVE_INDEX(q.active);
+    const reply = await this.#cmd.edgeMarketMgetBodyBuffer(MARKET_KEY_PREFIX, kind === 'markets' ? 'item' : 'quotes', active, ...want);
+    return { body: pageBodyBytes(kind, reply.slice(2) as Buffer[], next), etag: pageEtag(kind, next, (reply[0] as Buffer).toString('latin1')) };
+  }
+
+  /**
+   * A page by cursor: its ids (up to limit + 1) by ZRANGE BYLEX, then the records the record
+   * cache lacks by one script. As the page script before it: ids whose hash is gone are skipped,
+   * and more follow when the (limit + 1)th id has a record. The ETag's versions digest is the
+   * same SHA-1 of `<id>:<seq>` pairs, computed here.
+   */
+  async #cursorPage(q: PageQuery, kind: PageKind): Promise<PageBody> {
+    const index = q.active === undefined ? INDEX_KEY : ACTIVE_INDEX(q.active);
+    const start = q.after === undefined ? '-' : `(${q.after}`;
+    const generation = this.#generation;
+    const ids = await this.#redis.zrange(index, start, '+', 'BYLEX', 'LIMIT', 0, q.limit + 1);
+    const caching = this.#opts.cacheTtlMs > 0 && this.#subscribed;
+    const now = this.#now();
+    const records: (MarketRecord | undefined)[] = ids.map((id) => (caching ? this.#records.get(id, now) : undefined));
+    const lacking: string[] = [];
+    for (let i = 0; i < ids.length; i++) if (records[i] === undefined) lacking.push(ids[i] as string);
+    if (lacking.length > 0) {
+      const rows = await this.#cmd.edgeMarketRecordsBuffer(MARKET_KEY_PREFIX, ...lacking);
+      const keep = caching && this.#subscribed && generation === this.#generation;
+      const expires = now + this.#opts.cacheTtlMs;
+      const fetched = new Map<string, MarketRecord>();
+      for (let i = 0; i < lacking.length; i++) {
+        const [seq, item, quotes] = [rows[3 * i], rows[3 * i + 1], rows[3 * i + 2]];
+        if (!Buffer.isBuffer(seq) || !Buffer.isBuffer(item) || !Buffer.isBuffer(quotes)) continue;
+        const id = lacking[i] as string;
+        const r = keep ? { seq: seq.toString('latin1'), item: ownCopy(item), quotes: ownCopy(quotes) } : { seq: seq.toString('latin1'), item, quotes };
+        fetched.set(id, r);
+        if (keep) this.#records.set(id, r, expires, recordCacheBytes(id, r), this.#now());
+      }
+      for (let i = 0; i < ids.length; i++) records[i] ??= fetched.get(ids[i] as string);
     }
-    const records = reply.slice(first) as Buffer[];
-    return { body: pageBodyBytes(kind, records, next), etag: pageEtag(kind, next, (reply[0] as Buffer).toString('latin1')) };
+    const parts: Buffer[] = [];
+    const tags: string[] = [];
+    let n = 0;
+    let last: string | undefined;
+    let more = false;
+    for (let i = 0; i < ids.length; i++) {
+      const r = records[i];
+      if (r === undefined) continue;
+      if (n === q.limit) { more = true; break; }
+      const id = ids[i] as string;
+      tags.push(`${id}:${r.seq}`);
+      n++;
+      last = id;
+      const part = kind === 'markets' ? r.item : r.quotes;
+      if (part.length > 0) parts.push(part);
+    }
+    const next = more ? last : undefined;
+    return { body: pageBodyBytes(kind, parts, next), etag: pageEtag(kind, next, createHash('sha1').update(tags.join(',')).digest('hex')) };
   }
 
   async #pageFromRedis(q: PageQuery): Promise<Page> {
@@ -558,8 +604,8 @@ export class RedisMarketStore implements MarketStore {
     }
     const index = q.active === undefined ? INDEX_KEY : ACTIVE_INDEX(q.active);
     const start = q.after === undefined ? '-' : `(${q.after}`;
-    const rows = (await this.#cmd.edgeMarketPage(index, start, q.limit + 1, MARKET_KEY_PREFIX)) ?? [];
-    const markets = this.#decodeRows(rows);
+    const ids = await this.#redis.zrange(index, start, '+', 'BYLEX', 'LIMIT', 0, q.limit + 1);
+    const markets = (await this.#fetch(ids)).filter((m): m is PageItem => m !== undefined);
     const more = markets.length > q.limit;
     const page = markets.slice(0, q.limit);
     return { markets: page, next: more ? page.at(-1)?.conditionId : undefined };
@@ -567,22 +613,11 @@ export class RedisMarketStore implements MarketStore {
 
   async #fetch(ids: readonly string[]): Promise<(PageItem | undefined)[]> {
     if (ids.length === 0) return [];
-    const rows = await this.#cmd.edgeMarketMget(MARKET_KEY_PREFIX, ...ids);
-    const out: (PageItem | undefined)[] = [];
-    for (let i = 0; i < rows.length; i += 3) {
-      const item = rows[i + 1];
-      out.push(item ? { conditionId: rows[i] as string, item, quotes: rows[i + 2] ?? '' } : undefined);
-    }
-    return out;
-  }
-
-  #decodeRows(rows: Row[]): PageItem[] {
-    const out: PageItem[] = [];
-    for (let i = 0; i < rows.length; i += 3) {
-      const item = rows[i + 1];
-      if (item) out.push({ conditionId: rows[i] as string, item, quotes: rows[i + 2] ?? '' });
-    }
-    return out;
+    const rows = await this.#cmd.edgeMarketRecords(MARKET_KEY_PREFIX, ...ids);
+    return ids.map((conditionId, i) => {
+      const item = rows[3 * i + 1];
+      return item ? { conditionId, item, quotes: rows[3 * i + 2] ?? '' } : undefined;
+    });
   }
 
   ready(): boolean {
