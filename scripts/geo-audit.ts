@@ -17,6 +17,7 @@
  * is 0 unless the settings, the policy or a database are refused (one line on stderr, status 2).
  */
 import { readFileSync } from 'node:fs';
+import { resolve } from 'node:path';
 import { Writable } from 'node:stream';
 import { parseArgs } from 'node:util';
 import { compilePolicy, initialPolicy, type CompiledPolicy, type LivePolicyDeps } from '../authz/src/authz/geo-policy.ts';
@@ -140,7 +141,8 @@ function main(): number {
   let auditor: Auditor;
   let input: string;
   try {
-    input = readFileSync(file === '-' ? 0 : file, 'utf8');
+    // `npm run` starts the script in the package's directory: a relative FILE is the caller's (INIT_CWD).
+    input = readFileSync(file === '-' ? 0 : resolve(process.env['INIT_CWD'] ?? process.cwd(), file), 'utf8');
     auditor = createAuditor(loadConfig(process.env));
   } catch (err) {
     process.stderr.write(`geo:audit: ${err instanceof Error ? err.message : String(err)}\n`);
