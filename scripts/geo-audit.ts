@@ -85,7 +85,7 @@ export function createAuditor(config: Config): Auditor {
   const rule = config.geoPolicyFile === undefined ? regionRuleOf(config) : policyRegionRule(first.doc);
   const primary = new GeoDatabase(config.geoipDb, { regionRule: rule });
   const secondary = config.geoipDbSecondary === undefined ? undefined : new GeoDatabase(config.geoipDbSecondary, { regionRule: rule, setting: 'GEOIP_DB_SECONDARY' });
-  const anonymizer = config.anonymizer === undefined ? undefined : new AnonymizerDatabase(config.anonymizer.db);
+  const anonymizer = config.anonymizer === undefined ? undefined : new AnonymizerDatabase(config.anonymizer.db, { minConfidence: config.anonymizer.minConfidence });
   const quiet = new Writable({ write(_c, _e, cb) { cb(); } });
   const base = { config, anonymizer, metrics: createMetrics({ geoipBuildEpochSecs: () => 0, defaultMetrics: false }), logger: createLogger('silent', quiet) };
   const compile = (deps: Pick<LivePolicyDeps, 'geo' | 'geoSecondary'>): CompiledPolicy => compilePolicy(first.doc, { ...base, ...deps });
