@@ -54,6 +54,11 @@ test('ANONYMIZER_MIN_CONFIDENCE with a database without confidences (GeoIP2 Anon
   assert.doesNotThrow(() => open(fx.anonymizer));
 });
 
+test('an Anonymous Plus file whose anonymizer_confidence is outside 1–99, or whose provider_name is not a string, is refused naming the field and the network', () => {
+  assert.throws(() => open(fx.anonymizerPlusBadConfidence), /ANONYMIZER_DB.*anonymizer_confidence an integer from 1 to 99.*anonymizer_confidence = 0 for 192\.0\.2\.64\/28/);
+  assert.throws(() => open(fx.anonymizerPlusBadProvider), /ANONYMIZER_DB.*provider_name a string.*number for 192\.0\.2\.64\/28/);
+});
+
 test('the decision log names the anonymizer\'s provider on its denial (over gRPC, the real core); a record without one has no field, and under the threshold it is not denied', async () => {
   const geo = new GeoDatabase(geoFixtures().geoip2);
   opened.push(geo);
