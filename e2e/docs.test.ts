@@ -6,7 +6,7 @@
  * fence names its language; every ```sh block has on the line before it either
  * `<!-- doc-test: <id> -->` (a test runs it, taking it by that id, which is quoted in that test)
  * or `<!-- doc-test: not run: <why> -->`. Where they run:
- *   - this file: envoy-render-cli (docs/envoy.md); policy-reflection, policy-local, policy-replay,
+ *   - this file: envoy-render-cli (docs/envoy.md); geo-audit (docs/operations.md); policy-reflection, policy-local, policy-replay,
  *     policy-ratelimit (docs/policy-testing.md) on one `npm start`; compose-walkthrough,
  *     compose-setup, compose-up, compose-ingest-order (docs/deploy.md §3) and policy-compose on one
  *     docker-compose stack; podman-walkthrough (docs/deploy.md §4) with a non-default --name,
@@ -33,6 +33,7 @@ import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { freePort } from '../authz/test/redis-server.ts';
 import { tempDir } from '../authz/test/temp-dir.ts';
+import { geoFixtures } from '../authz/test/geo-fixtures.ts';
 import { ROOT } from '../deploy/paths.ts';
 import { docBlock, docFiles, fences, replacing, splitBefore, withoutLines } from './lib/doc-blocks.ts';
 import { composeSkipReason, freeSubnet, interpolatedNames } from './lib/compose.ts';
@@ -133,6 +134,30 @@ test('every fenced block in README.md and docs/*.md names its language, and ever
   assert.deepEqual(problems, []);
   // The inventory is not empty by accident (a parser that finds nothing passes the loop above).
   assert.ok(shell >= 20 && ids.size >= 18, `${shell} sh blocks, ${ids.size} run by tests`);
+});
+
+test('docs/operations.md: geo:audit runs as written (a CSV and a JSON answer for the listed addresses, the comment line skipped)', { timeout: 60_000 }, () => {
+  const dir = tempDir('edge-docs-geo-audit-');
+  const geo = geoFixtures();
+  // The deployment's environment the block assumes: the test databases and a Nevada rule.
+  const env: NodeJS.ProcessEnv = { ...process.env, GEOIP_DB: geo.geoip2, BLOCKED_REGIONS: 'US-NV', REDIS_URL: '' };
+  for (const k of ['GEO_POLICY_FILE', 'GEOIP_DB_SECONDARY', 'ANONYMIZER_DB', 'BLOCKED_COUNTRIES', 'CLOSE_ONLY_COUNTRIES', 'CLOSE_ONLY_REGIONS', 'GEO_UNKNOWN', 'GEO_REGION_UNKNOWN']) delete env[k];
+  const block = replacing(docBlock('docs/operations.md', 'geo-audit'), [['addresses.txt', `${dir}/addresses.txt`], ['audit.csv', `${dir}/audit.csv`], ['audit.json', `${dir}/audit.json`]]);
+  try {
+    execFileSync('bash', ['-euo', 'pipefail', '-c', block], { cwd: ROOT, env, stdio: ['ignore', 'pipe', 'pipe'], timeout: 50_000 });
+    const rows = readFileSync(join(dir, 'audit.csv'), 'utf8').trimEnd().split('\n').map((l) => l.split(',').slice(0, 8).join(','));
+    assert.deepEqual(rows, [
+      'address,tier,jurisdiction,country,region,verdict,rule,embedded',
+      '198.18.0.7,blocked,US-NV,US,US-NV,blocked_region,region,',
+      '2002:c612:7::1,blocked,US-NV,US,US-NV,blocked_region,region,6to4',
+      '198.18.1.9,blocked,US,US,,unknown_region,unknown_region,',
+    ]);
+    const json = JSON.parse(readFileSync(join(dir, 'audit.json'), 'utf8')) as { addresses: unknown[]; errors: unknown[] };
+    assert.equal(json.addresses.length, 3);
+    assert.deepEqual(json.errors, []);
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
 });
 
 test('docs/envoy.md: the renderer and Envoy run as written (the bootstrap validates; Envoy serves its admin /ready LIVE)', { timeout: 60_000 }, async () => {

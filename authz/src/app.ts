@@ -101,6 +101,7 @@ export async function createApp(config: Config, logger: Logger, hooks: { onSeale
   // ANONYMIZER_DB (GeoIP2 Anonymous IP or Anonymous Plus, boolean flags: adapters/anonymizer.ts
   // checks it here and on every reload): reloaded on replace like GEOIP_DB.
   const anonymizer = config.anonymizer === undefined ? undefined : new AnonymizerDatabase(config.anonymizer.db, {
+    minConfidence: config.anonymizer.minConfidence,
     onReload: (ok, path, err) => {
       metrics.anonymizerReload(ok);
       if (ok) logger.info({ path }, 'anonymizer database reloaded');

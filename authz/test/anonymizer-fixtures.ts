@@ -20,6 +20,10 @@ export interface AnonymizerFixtures {
   readonly anonymizerSwapped: string;
   /** GeoIP-Anonymous-Plus type: 192.0.2.64/28 VPN, 192.0.2.48/28 residential proxy, with Anonymous Plus's own fields. */
   readonly anonymizerPlus: string;
+  /** GeoIP-Anonymous-Plus type with anonymizer_confidence 0 (outside 1–99). */
+  readonly anonymizerPlusBadConfidence: string;
+  /** GeoIP-Anonymous-Plus type with provider_name an integer. */
+  readonly anonymizerPlusBadProvider: string;
   /** Anonymous IP type with the flags written as integers 1/0. */
   readonly anonymizerInt: string;
   /** anonymizer.mmdb plus one record with integer flags at 2001:db8:ffff::/48 (the far end of the tree). */
@@ -42,6 +46,8 @@ export function anonymizerFixtures(): AnonymizerFixtures {
     anonymizer: join(dir, 'anonymizer.mmdb'),
     anonymizerSwapped: join(dir, 'anonymizer-swapped.mmdb'),
     anonymizerPlus: join(dir, 'anonymizer-plus.mmdb'),
+    anonymizerPlusBadConfidence: join(dir, 'anonymizer-plus-bad-confidence.mmdb'),
+    anonymizerPlusBadProvider: join(dir, 'anonymizer-plus-bad-provider.mmdb'),
     anonymizerInt: join(dir, 'anonymizer-int.mmdb'),
     anonymizerLateInt: join(dir, 'anonymizer-late-int.mmdb'),
     anonymizerUnflagged: join(dir, 'anonymizer-unflagged.mmdb'),

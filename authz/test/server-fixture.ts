@@ -13,7 +13,7 @@ import { RedisNonceStore, MemoryNonceStore } from '../src/common/adapters/nonce-
 import { createRedis } from '../src/common/adapters/redis.ts';
 import { createLogger } from '../src/common/log.ts';
 import { createMetrics } from '../src/common/metrics.ts';
-import type { Clock, GeoLookup, MarketLookup, NonceStore } from '../src/common/ports.ts';
+import type { AnonymizerLookup, Clock, GeoLookup, MarketLookup, NonceStore } from '../src/common/ports.ts';
 import { RedisBuckets } from '../src/ratelimit/bucket.ts';
 import { rateLimitService } from '../src/ratelimit/service.ts';
 import { createCheckLimiter } from '../src/ratelimit/check-limit.ts';
@@ -38,7 +38,7 @@ export interface Fixture {
 }
 
 export async function startFixture(opts: {
-  env?: Env; geo?: GeoLookup; markets: MarketLookup; clock?: Clock; nonces?: 'redis' | 'memory' | NonceStore; redisUrl?: string;
+  env?: Env; geo?: GeoLookup; anonymizer?: AnonymizerLookup; markets: MarketLookup; clock?: Clock; nonces?: 'redis' | 'memory' | NonceStore; redisUrl?: string;
 }): Promise<Fixture> {
   const feed = newFeedKey();
   const hmacKey = randomBytes(32);
@@ -70,7 +70,7 @@ export async function startFixture(opts: {
   const geo: GeoLookup = opts.geo ?? { lookup: () => ({ country: 'CH', regions: [] }) };
   const buckets = redis === undefined ? undefined : new RedisBuckets(redis, config);
   const core = createAuthzCore({
-    config, credentials, geo, nonces, markets: opts.markets,
+    config, credentials, geo, nonces, markets: opts.markets, ...(opts.anonymizer === undefined ? {} : { anonymizer: opts.anonymizer }),
     clock: opts.clock ?? { nowSecs: () => Math.floor(Date.now() / 1000), nowMs: () => Date.now() },
     logger, metrics,
     // As app.ts wires it: the global rate limit's service beside Check (its buckets on the Redis, if

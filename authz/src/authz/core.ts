@@ -8,7 +8,8 @@ import { geoDenial } from './decision.ts';
 import type { AuthzInput } from './codec/request.ts';
 import { createGrpcServer, type AuthzGrpcServer } from './grpc-server.ts';
 import type { Logger } from '../common/log.ts';
-import { decisionLine, DECISION_MSG, isoSeconds, shouldLogDecision, type DecisionContext } from './decision-log.ts';
+import { ANONYMIZER_REASON, decisionLine, DECISION_MSG, isoSeconds, shouldLogDecision, type DecisionContext } from './decision-log.ts';
+import { anonymizerKey } from './stages/anonymizer.ts';
 import { ReplicaWaitError } from '../common/adapters/replica-wait.ts';
 import type { AuthzMetrics } from '../common/metrics.ts';
 import { evaluate, routeLabel, type PipelineDeps } from './pipeline.ts';
@@ -114,7 +115,7 @@ export function createAuthzCore(deps: AuthzCoreDeps): AuthzCore {
     ...(config.anonymizer === undefined || deps.anonymizer === undefined ? {} : {
       anonymizer: {
         blocks: (ip, route) => policy.current.anonymizerBlocks?.(ip, route) === true,
-        denial: geoDenial(config.geoNotice, config.geoBlockedByUrl, 'restricted_jurisdiction:anonymizer'),
+        denial: geoDenial(config.geoNotice, config.geoBlockedByUrl, ANONYMIZER_REASON),
         onDenied: (route) => metrics.anonymizerDenied(route),
       },
     }),
@@ -127,13 +128,19 @@ export function createAuthzCore(deps: AuthzCoreDeps): AuthzCore {
   // reload shows at once; formatted once per database); the policy version is the input's (`decide`).
   let builtEpoch: number | undefined;
   let builtIso: string | null = null;
+  // An anonymizer denial's line names the provider (GeoIP Anonymous Plus provider_name), looked up as the rule looked up the address.
+  const anonDb = deps.anonymizer;
+  const provider = anonDb?.provider === undefined ? undefined : (ip: string): string | undefined => {
+    const key = anonymizerKey(ip);
+    return key === '' ? undefined : anonDb.provider?.(key);
+  };
   const decisionContext = (): DecisionContext => {
     const epoch = deps.geo.buildEpochSecs;
     if (epoch !== builtEpoch) {
       builtEpoch = epoch;
       builtIso = isoSeconds(epoch);
     }
-    return { geoipBuilt: builtIso };
+    return provider === undefined ? { geoipBuilt: builtIso } : { geoipBuilt: builtIso, anonymizerProvider: provider };
   };
 
   const decide = (input: AuthzInput): Decision | Promise<Decision> => {

@@ -22,6 +22,9 @@ import type { Decision } from './decision.ts';
 import type { RouteLabel } from './pipeline.ts';
 import { embeddedIpv4, normalizeIp, type EmbeddedForm } from '../common/ip.ts';
 
+/** The reason of an anonymizer rule's denial (core.ts). */
+export const ANONYMIZER_REASON = 'restricted_jurisdiction:anonymizer';
+
 /** The message of every decision line (`jq 'select(.msg == "decision")'`). */
 export const DECISION_MSG = 'decision';
 
@@ -65,11 +68,15 @@ export interface DecisionLine {
   readonly traceId: string | null;
   /** Ingest only: the first 12 hex characters of the nonce's SHA-256. */
   readonly nonceTag?: string;
+  /** An anonymizer denial: the database's provider name for the address (GeoIP Anonymous Plus provider_name), when it has one. */
+  readonly anonymizerProvider?: string;
 }
 
 /** What the decisions are being made with, read when a line is written (core.ts). */
 export interface DecisionContext {
   readonly geoipBuilt: string | null;
+  /** ANONYMIZER_DB's provider name for a client address (asked only for an anonymizer denial). */
+  readonly anonymizerProvider?: ((clientIp: string) => string | undefined) | undefined;
 }
 export const NO_DECISION_CONTEXT: DecisionContext = { geoipBuilt: null };
 
@@ -132,6 +139,10 @@ export function decisionLine(input: AuthzInput, d: Decision, route: RouteLabel, 
     if (e !== undefined) line.embedded = e.form;
   }
   if (geo?.shadow !== undefined) line.shadow = geo.shadow.access;
+  if (!d.allow && d.reason === ANONYMIZER_REASON && context.anonymizerProvider !== undefined) {
+    const provider = context.anonymizerProvider(input.clientIp);
+    if (provider !== undefined) line.anonymizerProvider = provider;
+  }
   if (route === 'ingest' || route === 'ingest_headers') {
     const tag = nonceTag(input.nonce);
     if (tag !== undefined) line.nonceTag = tag;

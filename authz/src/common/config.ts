@@ -601,6 +601,8 @@ export interface AnonymizerConfig {
   readonly flags: readonly AnonymizerFlag[];
   /** What a flagged address gets per route. */
   readonly actions: Readonly<Record<RouteKind, 'block' | 'allow'>>;
+  /** ANONYMIZER_MIN_CONFIDENCE (1–99; GeoIP Anonymous Plus only): a flagged record whose anonymizer_confidence is lower does not count; undefined: any. */
+  readonly minConfidence?: number | undefined;
 }
 
 /**
@@ -616,7 +618,9 @@ function anonymizerSettings(env: Env): AnonymizerConfig | undefined {
   const db = str(env, 'ANONYMIZER_DB');
   const flagsRaw = str(env, 'ANONYMIZER_FLAGS');
   const policyRaw = str(env, 'ANONYMIZER_POLICY');
+  const confidenceRaw = str(env, 'ANONYMIZER_MIN_CONFIDENCE');
   if (db === undefined) {
+    if (confidenceRaw !== undefined) throw new ConfigError('ANONYMIZER_MIN_CONFIDENCE', 'to be set only with ANONYMIZER_DB (there is no anonymizer database to apply it to)', confidenceRaw);
     if (flagsRaw !== undefined) throw new ConfigError('ANONYMIZER_FLAGS', 'to be set only with ANONYMIZER_DB (there is no anonymizer database to apply them to)', flagsRaw);
     if (policyRaw !== undefined) throw new ConfigError('ANONYMIZER_POLICY', 'to be set only with ANONYMIZER_DB (there is no anonymizer database to apply it to)', policyRaw);
     return undefined;
@@ -640,7 +644,12 @@ function anonymizerSettings(env: Env): AnonymizerConfig | undefined {
       actions[route as AnonymizerRoute] = action;
     }
   }
-  return Object.freeze({ db, flags: Object.freeze(flags), actions: Object.freeze({ ...actions, geoblock: 'allow' as const }) });
+  // ANONYMIZER_MIN_CONFIDENCE: GeoIP Anonymous Plus's anonymizer_confidence is 1–99.
+  const minConfidence = confidenceRaw === undefined ? undefined : Number(confidenceRaw);
+  if (minConfidence !== undefined && !(Number.isInteger(minConfidence) && minConfidence >= 1 && minConfidence <= 99)) {
+    throw new ConfigError('ANONYMIZER_MIN_CONFIDENCE', 'an integer from 1 to 99 (GeoIP Anonymous Plus anonymizer_confidence)', confidenceRaw);
+  }
+  return Object.freeze({ db, flags: Object.freeze(flags), actions: Object.freeze({ ...actions, geoblock: 'allow' as const }), ...(minConfidence === undefined ? {} : { minConfidence }) });
 }
 
 export function loadConfig(env: Env = process.env): Config {

@@ -34,6 +34,8 @@ export type AnonymizerFlag = (typeof ANONYMIZER_FLAGS)[number];
 /** Looks up an address in the anonymizer database: its flags as a bit set, 0 for no record. */
 export interface AnonymizerLookup {
   flags(ip: string): number;
+  /** The record's provider name (GeoIP Anonymous Plus provider_name), for the decision log; undefined when none. */
+  provider?(ip: string): string | undefined;
 }
 
 /** Outcome of recording a nonce. */

@@ -22,14 +22,19 @@ export interface AnonymizerPolicy {
 /** Whether `rawIp` is refused on `route`: a route that allows anonymizers does no lookup. */
 export type AnonymizerCheck = (rawIp: string, route: RouteKind) => boolean;
 
+/** The address an anonymizer database is asked about: an embedded IPv4 (6to4, NAT64, SIIT, Teredo) as that IPv4, as geo does; '' when not an address. */
+export function anonymizerKey(rawIp: string): string {
+  const ip = normalizeIp(rawIp);
+  return ip.includes(':') ? (embeddedIpv4(ip)?.ipv4 ?? ip) : ip;
+}
+
 /** Builds the check once at start-up. */
 export function createAnonymizerCheck(policy: AnonymizerPolicy, db: AnonymizerLookup): AnonymizerCheck {
   const { flagMask, actions } = policy;
   return (rawIp, route) => {
     if (actions[route] !== 'block') return false;
-    const ip = normalizeIp(rawIp);
-    // An embedded IPv4 (6to4, NAT64, SIIT, Teredo) is looked up as that IPv4, as geo does.
-    return ip !== '' && (db.flags(ip.includes(':') ? (embeddedIpv4(ip)?.ipv4 ?? ip) : ip) & flagMask) !== 0;
+    const key = anonymizerKey(rawIp);
+    return key !== '' && (db.flags(key) & flagMask) !== 0;
   };
 }
 

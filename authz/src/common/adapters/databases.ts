@@ -27,5 +27,5 @@ export function checkDatabases(config: Pick<Config, 'geoipDb' | 'anonymizer' | '
   const secondary = config.geoipDbSecondary;
   if (secondary !== undefined) open('GEOIP_DB_SECONDARY', secondary, () => new GeoDatabase(secondary, { regionRule, setting: 'GEOIP_DB_SECONDARY' }));
   const anonymizer = config.anonymizer;
-  if (anonymizer !== undefined) open('ANONYMIZER_DB', anonymizer.db, () => new AnonymizerDatabase(anonymizer.db));
+  if (anonymizer !== undefined) open('ANONYMIZER_DB', anonymizer.db, () => new AnonymizerDatabase(anonymizer.db, { minConfidence: anonymizer.minConfidence }));
 }
