@@ -1,5 +1,7 @@
 /**
- * Redis market store with an in-process cache shared by reads and order checks.
+ * Redis market store with an in-process cache shared by reads and order checks. One concern over
+ * ~350 lines: the store's Redis scripts and the caches that must be invalidated with them live
+ * together so a write and its invalidation cannot drift apart.
  *
  * Keys (all prefixed `edge:market`):
  *   edge:market:<conditionId>   hash {seq, item, quotes, wid (id of the write that stored it)}
