@@ -2,20 +2,23 @@
  * The stats listener (ENVOY_STATS_PORT, envoy/render/stats.ts): the setting, the rendered
  * listener and cluster, `envoy --mode validate`, and a live Envoy 1.40 proving that the port
  * serves GET /stats/prometheus and nothing else of the admin interface, and that the client
- * port does not serve it.
+ * port does not serve it, and that a real Prometheus with the shipped `edge-envoy` scrape job reads it.
  *
  *   scripts/node --test envoy/test/stats-listener.test.ts
  */
 import assert from 'node:assert/strict';
-import { spawnSync } from 'node:child_process';
-import { writeFileSync } from 'node:fs';
+import { spawn, spawnSync } from 'node:child_process';
+import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
-import { parse } from 'yaml';
+import YAML, { parse } from 'yaml';
 import { ALLOW } from '../../authz/src/authz/decision.ts';
 import { createGrpcServer, type AuthzGrpcServer } from '../../authz/src/authz/grpc-server.ts';
 import { ConfigError, loadConfig, type Env } from '../../authz/src/common/config.ts';
 import { freePort } from '../../authz/test/redis-server.ts';
+import { ROOT } from '../../deploy/paths.ts';
+import { TOOLS } from '../../deploy/test/tools.ts';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { envoyBinary, validateBootstrap } from '../envoy-bin.ts';
 import { CLUSTER, FILTER, renderEnvoy, STATS_LISTENER, type JsonObject } from '../render.ts';
 import { STATS_ROUTE } from '../render/stats.ts';
@@ -161,5 +164,49 @@ describe('live Envoy 1.40: the stats port serves /stats/prometheus only', { skip
     assert.ok(!res.body.includes('envoy_'));
     assert.equal(market.seen.length, before + 1);
     assert.equal(market.seen.at(-1)?.url, '/stats/prometheus');
+  });
+
+  test('a real Prometheus with deploy/prometheus/scrape.yaml\'s edge-envoy job scrapes the stats port and no other port of the pod', async (t) => {
+    if (spawnSync(TOOLS.prometheus.bin, ['--version']).status !== 0) { t.skip(`no ${TOOLS.prometheus.bin}: ${TOOLS.prometheus.install}`); return; }
+    // The shipped job, its Kubernetes discovery (Debian's Prometheus has none) replaced by file
+    // discovery of two targets carrying the pod-role labels a kubelet's pod would give: the envoy
+    // container's `envoy-stats` port and its `http` port (which the job must drop).
+    const shipped = (YAML.parse(readFileSync(join(ROOT, 'deploy/prometheus/scrape.yaml'), 'utf8')) as { scrape_configs: Record<string, unknown>[] }).scrape_configs;
+    const job = shipped.find((j) => j['job_name'] === 'edge-envoy')!;
+    const { kubernetes_sd_configs: discovery, ...rest } = job;
+    assert.deepEqual(discovery, [{ role: 'pod' }]);
+    const dir = join(work.dir, 'prometheus');
+    spawnSync('mkdir', ['-p', dir]);
+    const pod = { __meta_kubernetes_pod_label_app: 'edge', __meta_kubernetes_namespace: 'edge', __meta_kubernetes_pod_name: 'edge-0' };
+    writeFileSync(join(dir, 'targets.json'), JSON.stringify([
+      { targets: [`127.0.0.1:${statsPort}`], labels: { ...pod, __meta_kubernetes_pod_container_port_name: 'envoy-stats' } },
+      { targets: [`127.0.0.1:${envoy.edgePort}`], labels: { ...pod, __meta_kubernetes_pod_container_port_name: 'http' } },
+    ]));
+    writeFileSync(join(dir, 'prometheus.yml'), YAML.stringify({
+      global: { scrape_interval: '1s', scrape_timeout: '1s' },
+      scrape_configs: [{ ...rest, file_sd_configs: [{ files: [join(dir, 'targets.json')] }] }],
+    }));
+    const port = await freePort();
+    const proc = spawn(TOOLS.prometheus.bin, [`--config.file=${join(dir, 'prometheus.yml')}`, `--storage.tsdb.path=${join(dir, 'data')}`,
+      `--web.listen-address=127.0.0.1:${port}`, '--log.level=warn'], { stdio: 'ignore' });
+    const exited = new Promise((r) => proc.once('exit', r));
+    try {
+      const query = async (expr: string): Promise<{ metric: Record<string, string>; value: [number, string] }[]> => {
+        const body = await (await fetch(`http://127.0.0.1:${port}/api/v1/query?${new URLSearchParams({ query: expr })}`)).json() as { data: { result: { metric: Record<string, string>; value: [number, string] }[] } };
+        return body.data.result;
+      };
+      let rq: Awaited<ReturnType<typeof query>> = [];
+      for (const end = Date.now() + 30_000; rq.length === 0; await sleep(250)) {
+        assert.ok(Date.now() < end, 'Prometheus scraped no envoy_cluster_upstream_rq_total within 30 s');
+        rq = await query('envoy_cluster_upstream_rq_total{envoy_cluster_name="market"}').catch(() => []);
+      }
+      assert.deepEqual(rq.map((s) => [s.metric['job'], s.metric['instance'], s.metric['pod'], s.metric['namespace']]), [['edge-envoy', `127.0.0.1:${statsPort}`, 'edge-0', 'edge']]);
+      // One target only (the http port was dropped by the job's keep rule), and it is up.
+      assert.deepEqual((await query('up')).map((s) => [s.metric['instance'], s.value[1]]), [[`127.0.0.1:${statsPort}`, '1']]);
+    } finally {
+      proc.kill('SIGTERM');
+      await Promise.race([exited, sleep(5000)]);
+      if (proc.exitCode === null && proc.signalCode === null) proc.kill('SIGKILL');
+    }
   });
 });
