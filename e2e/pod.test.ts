@@ -110,6 +110,8 @@ containerSuite('pod', SKIP, () => {
   let ip = '';
   let edgeUrl = '';
   let ingestUrl = '';
+  /** Envoy's stats listener (ENVOY_STATS_PORT, container port `envoy-stats`) as published on the host. */
+  let statsUrl = '';
   const ctr = (name: string): string => `${s?.pod ?? ''}-${name}`;
 
   /** Recent lines of every container of the run, for a failure message. */
@@ -254,8 +256,9 @@ containerSuite('pod', SKIP, () => {
       for (const sig of ['SIGINT', 'SIGTERM'] as const) process.once(sig, onSignal);
       dir = tempDir('edge-pod-e2e-');
       const building = buildServiceImage();
-      const [http, grpc, metrics, ingestPort, redisPort, replicaPort] = [await freePort(), await freePort(), await freePort(), await freePort(), await freePort(), await freePort()];
-      s = setupPod({ out: dir, name: runId, envoyImage: images.envoy, serviceImage: images.service, redisPort, publish: { http, grpc, metrics, ingest: ingestPort }, blockedCountries: 'KP', subnet: freeSubnet() });
+      const [http, grpc, metrics, ingestPort, redisPort, replicaPort, statsPort] = [await freePort(), await freePort(), await freePort(), await freePort(), await freePort(), await freePort(), await freePort()];
+      s = setupPod({ out: dir, name: runId, envoyImage: images.envoy, serviceImage: images.service, redisPort, publish: { http, grpc, metrics, ingest: ingestPort, 'envoy-stats': statsPort }, blockedCountries: 'KP', subnet: freeSubnet() });
+      statsUrl = `http://127.0.0.1:${statsPort}`;
       podman = podmanWith(s.conf);
       // The run's network lives in its own CNI directory, so it is the only one listed there.
       before0 = await podmanObjects(podman);
@@ -343,6 +346,8 @@ containerSuite('pod', SKIP, () => {
       'Deployment/edge spec.template.spec.containers[name=envoy].ports[name=http].hostPort',
       'Deployment/edge spec.template.spec.containers[name=envoy].ports[name=ingest].hostIP',
       'Deployment/edge spec.template.spec.containers[name=envoy].ports[name=ingest].hostPort',
+      'Deployment/edge spec.template.spec.containers[name=envoy].ports[name=envoy-stats].hostIP',
+      'Deployment/edge spec.template.spec.containers[name=envoy].ports[name=envoy-stats].hostPort',
       'Deployment/edge spec.template.spec.hostAliases',
       ...['admin-token', 'backend-ca', 'client-cert', 'edge-secrets', 'server-cert'].flatMap((v) => [`Deployment/edge spec.template.spec.volumes[name=${v}].hostPath`, `Deployment/edge spec.template.spec.volumes[name=${v}].secret`]),
     ].sort();
@@ -421,6 +426,17 @@ containerSuite('pod', SKIP, () => {
     const plain = await curl([`${edgeUrl.replace('https:', 'http:')}/healthz`]);
     assert.notEqual(plain.code, 0, `plaintext HTTP on the TLS port: ${plain.out}`);
     assert.doesNotMatch(plain.out, /^[1-5]\d\d /, 'no HTTP answer');
+  });
+
+  step('Prometheus\' view of Envoy: GET /stats/prometheus on the envoy-stats port returns envoy_* series; the admin\'s other endpoints there are 404 and Envoy keeps serving', 60_000, async () => {
+    const page = await fetch(`${statsUrl}/stats/prometheus`, { signal: AbortSignal.timeout(5000) });
+    assert.equal(page.status, 200);
+    assert.match(await page.text(), /^envoy_cluster_upstream_rq_total\{envoy_cluster_name="authz"\} \d+$/m);
+    for (const [method, path] of [['POST', '/quitquitquit'], ['POST', '/drain_listeners'], ['GET', '/config_dump']] as const) {
+      const r = await fetch(`${statsUrl}${path}`, { method, signal: AbortSignal.timeout(5000) });
+      assert.deepEqual([r.status, ((await r.json()) as { error: string }).error], [404, 'not_found'], `${method} ${path}`);
+    }
+    assert.equal((await request(stack, 'GET', '/healthz')).status, 200);
   });
 
   step('a signed ingest is stored (200) and read back from /v1/markets; a wrong HMAC key is refused 401', 60_000, async () => {

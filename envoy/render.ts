@@ -19,6 +19,9 @@
  *   → lua order body (disabled; enabled on the orders route only:         render/order-body.ts
  *     envoy/order-body-lua.ts)
  *   → router                                                              render/filters.ts
+ * With ENVOY_STATS_PORT, a third listener (0.0.0.0) whose one route, GET /stats/prometheus,    render/stats.ts
+ * goes to Envoy's loopback admin (cluster `envoy_admin`); anything else there is 404: no filter
+ * but the router.
  * With EDGE_TLS_* / EDGE_PROXY_PROTOCOL the public listener also gets TLS (server certificate
  * from SDS), the client-certificate filter after header_mutation, and the PROXY protocol
  * listener filter: render/tls.ts.
@@ -40,8 +43,9 @@ export type { AllowedHeaders, Json, JsonObject, RenderedEnvoy, RenderOptions } f
 export { canonicalIp, duration } from './render/common.ts';
 export {
   AUTHZ_HEADERS, CLIENT_CERT_SECRET, CLIENT_IP_HEADER, CLIENT_PORT_HEADER, CLUSTER, FILTER,
-  INGEST_PATH, LISTENER, ORDER_BODY_LUA, ORDERS_PATH, ROUTE, TYPE_URL, XFF_POLICY,
+  INGEST_PATH, LISTENER, ORDER_BODY_LUA, ORDERS_PATH, ROUTE, STATS_LISTENER, STATS_PATH, TYPE_URL, XFF_POLICY,
 } from './render/names.ts';
+export { adminCluster, STATS_ROUTE, statsListener } from './render/stats.ts';
 export { ACCESS_LOG_FORMAT, ACCESS_LOG_PATH_MAX } from './render/access-log.ts';
 export { headerMutationFilter, XFF_RBAC_STAT_PREFIX, xffGuardFilter, xffMessage } from './render/client-address.ts';
 export { authzCluster, backendSni, marketCluster, orderBackendCluster, rateLimitCluster, sanMatcher } from './render/clusters.ts';

@@ -163,6 +163,8 @@ function checkSettings(): Plan {
     ['AUTHZ_ADMIN_PORT', config.authzAdminPort], ['ENVOY_ADMIN_PORT', config.envoyAdminPort],
     // Ingest on a listener of its own only when INGEST_PORT is set; else on EDGE_PORT as every route.
     ...(config.ingestPort === undefined ? [] : [['INGEST_PORT', config.ingestPort] as [string, number]]),
+    // Envoy's stats listener (GET /stats/prometheus only) only when ENVOY_STATS_PORT is set.
+    ...(config.envoyStatsPort === undefined ? [] : [['ENVOY_STATS_PORT', config.envoyStatsPort] as [string, number]]),
   ];
   for (const [name, port] of ports) {
     // Port 0 lets the system choose: nobody (the banner, Envoy, a client) would know the port.
@@ -928,7 +930,7 @@ if (!stopping && sealed()) {
   metrics       http://127.0.0.1:${config.authzAdminPort}/metrics
   seal          curl -X POST -H "authorization: Bearer $(cat ${shownPath(env['AUTHZ_ADMIN_TOKEN_FILE'] ?? '')})" http://127.0.0.1:${config.authzAdminPort}/admin/seal
                 (kept in ${shownPath(SEAL_FILE)}: restarts stay sealed until it is removed; docs/operations.md "Seal and unseal")
-  envoy admin   http://127.0.0.1:${config.envoyAdminPort}
+  envoy admin   http://127.0.0.1:${config.envoyAdminPort}${config.envoyStatsPort === undefined ? '' : `\n  envoy stats   http://127.0.0.1:${config.envoyStatsPort}/stats/prometheus   (ENVOY_STATS_PORT, all interfaces: that path only)`}
   geoip         ${env['GEOIP_DB'] === join(RUN, 'geoip', 'country.mmdb') ? `${shown('geoip/country.mmdb')} (replace it by rename: docs/operations.md)` : config.geoipDb}
   try it:
     set -a; . ${shown('dev.env')}; set +a

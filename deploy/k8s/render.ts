@@ -90,6 +90,10 @@ export const K8S_ENV: Readonly<Record<string, string>> = {
   AUTHZ_GRPC_PORT: '9191',
   AUTHZ_ADMIN_PORT: '9464',
   ENVOY_ADMIN_PORT: '9901',
+  // Envoy's stats listener (envoy/render/stats.ts): GET /stats/prometheus only, forwarded to the
+  // loopback admin; the NetworkPolicy admits it from Prometheus in the monitoring namespace only,
+  // scraped by deploy/prometheus/scrape.yaml's job `edge-envoy` (container port `envoy-stats`).
+  ENVOY_STATS_PORT: '9902',
   // Same pod: Envoy reaches the TS service over Unix domain sockets on the pod's `sockets` emptyDir
   // (measured faster than loopback TCP: docs/envoy.md "Unix domain sockets"). The market service
   // listens on its socket only (no TCP port at all: its ingest route trusts Envoy's HMAC and nonce

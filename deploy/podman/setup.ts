@@ -11,8 +11,9 @@
  *            --service-image <ref> the service image in podman's store (default docker.io/library/edge-trading-proxy:1.0.0)
  *            --redis-port <p>      where the pod finds Redis on the network's gateway (default 16390)
  *            --redis-replica-port <p>  its replica's port on loopback, for pod.env (default: --redis-port + 1)
- *            --publish <a,b,c,d>   host ports (127.0.0.1) for the containerPorts http,grpc,metrics,ingest (default
- *                                  18080,19191,19464: `npm start` keeps 8080, 9191 and 9464 on loopback)
+ *            --publish <a,b,c,d[,e]>  host ports (127.0.0.1) for the containerPorts http,grpc,metrics,ingest and,
+ *                                  optionally, envoy-stats (default 18080,19191,19464,18082: `npm start` keeps
+ *                                  8080, 9191 and 9464 on loopback; envoy-stats unpublished)
  *
  * Writes, under <out>:
  *   containers.conf     containers.conf.template with this machine's hard limits (podman reads it
@@ -58,6 +59,9 @@ export const CONF_TEMPLATE = join(ROOT, 'deploy/podman/containers.conf.template'
 /** podman cannot raise a container's RLIMIT_NPROC above its own, which it lowers to this. */
 export const PODMAN_NPROC_CAP = 32768;
 
+/** Container ports published only when given a host port (`--publish`'s fifth value): Envoy's stats listener. */
+const OPTIONAL_PORTS: readonly string[] = ['envoy-stats'];
+
 /**
  * What the overlay changes of the production overlay, and why: nothing else differs (e2e/pod.test.ts
  * compares the two renders and fails on any other difference).
@@ -69,7 +73,7 @@ export const OVERLAY_CHANGES = [
   'edge-settings BLOCKED_COUNTRIES only when asked (the test blocks KP: production blocks none, so no country could be refused 451 otherwise); read by the TS service only',
   'hostAliases: the ORDER_BACKEND_URL host → the network gateway (no cluster DNS), where a test backend listens with a certificate for that name from pki/',
   'replicas: 1 (podman creates `replicas` pods from one Deployment, each publishing the same host ports)',
-  'every containerPort gets hostIP 127.0.0.1 and a hostPort: podman 4.3 publishes each containerPort on the host, on all interfaces at the same number, where a kubelet publishes none; pinned to loopback and to chosen ports',
+  'every containerPort gets hostIP 127.0.0.1 and a hostPort: podman 4.3 publishes each containerPort on the host, on all interfaces at the same number, where a kubelet publishes none; pinned to loopback and to chosen ports (envoy-stats, when no host port is given for it, is left out of the pod spec instead: Envoy still listens on it inside the pod)',
   'secret volumes → hostPath directories holding generated files in the kubelet layout (..data symlink swap): podman 4.3\'s secret volumes have no ..data layout (no rotation), keep data base64-encoded in the file, drop stringData, ignore defaultMode, and crash `kube play` without an explicit optional:',
 ] as const;
 
@@ -298,7 +302,7 @@ export interface OverlayInput {
   /** The podman network's gateway: where the pod reaches Redis and the order backend. */
   readonly gateway: string;
   readonly redisPort: number;
-  /** Host port (bound on 127.0.0.1) per containerPort name. */
+  /** Host port (bound on 127.0.0.1) per containerPort name (OPTIONAL_PORTS may be left out: not published). */
   readonly publish: Readonly<Record<string, number>>;
   /** secretName → host directory in the kubelet layout. */
   readonly secretDirs: Readonly<Record<string, string>>;
@@ -339,7 +343,10 @@ export function overlayKustomization(overlayDir: string, input: OverlayInput, pr
     const s = splitImage(ref);
     return { newName: s.name, ...(s.tag === undefined ? {} : { newTag: s.tag }) };
   };
-  const ports = (c: Container): Record<string, unknown>[] => (c.ports ?? []).map((p) => {
+  // A port in OPTIONAL_PORTS without a host port is left out of the pod spec, so podman publishes
+  // nothing for it (the container still listens on it inside the pod).
+  const ports = (c: Container): Record<string, unknown>[] => (c.ports ?? [])
+    .filter((p) => !(OPTIONAL_PORTS.includes(p.name ?? '') && input.publish[p.name ?? ''] === undefined)).map((p) => {
     const hostPort = input.publish[p.name ?? ''];
     if (hostPort === undefined) throw new Error(`no host port given for containerPort ${p.name ?? p.containerPort} of ${c.name}`);
     return { containerPort: p.containerPort, hostIP: '127.0.0.1', hostPort };
@@ -619,7 +626,7 @@ if (import.meta.main) {
     },
   });
   if (values.out === undefined) {
-    process.stderr.write('usage: setup.ts --out <dir> [--name n] [--envoy-image ref] [--service-image ref] [--redis-port p] [--redis-replica-port p] [--publish http,grpc,metrics,ingest] | --out <dir> --rotate-client-cert | --out <dir> --conf-only\n');
+    process.stderr.write('usage: setup.ts --out <dir> [--name n] [--envoy-image ref] [--service-image ref] [--redis-port p] [--redis-replica-port p] [--publish http,grpc,metrics,ingest[,envoy-stats]] | --out <dir> --rotate-client-cert | --out <dir> --conf-only\n');
     process.exit(2);
   }
   if (values['conf-only'] === true) {
@@ -634,10 +641,10 @@ if (import.meta.main) {
   if (values['rotate-client-cert'] === true) {
     process.stdout.write(`setup: published a new client certificate (CN ${rotateClientCert(values.out)}) into ${join(resolve(values.out), FILES.secrets, SECRETS.clientCert.name)}\n`);
   } else {
-    const [http, grpc, metrics, ingest] = values.publish.split(',').map(Number);
+    const [http, grpc, metrics, ingest, stats] = values.publish.split(',').map(Number);
     const s = setupPod({
       out: values.out, name: values.name, envoyImage: values['envoy-image'], serviceImage: values['service-image'],
-      redisPort: Number(values['redis-port']), ...(values['redis-replica-port'] === undefined ? {} : { redisReplicaPort: Number(values['redis-replica-port']) }), publish: { http: http ?? 18080, grpc: grpc ?? 19191, metrics: metrics ?? 19464, ingest: ingest ?? 18082 },
+      redisPort: Number(values['redis-port']), ...(values['redis-replica-port'] === undefined ? {} : { redisReplicaPort: Number(values['redis-replica-port']) }), publish: { http: http ?? 18080, grpc: grpc ?? 19191, metrics: metrics ?? 19464, ingest: ingest ?? 18082, ...(stats === undefined ? {} : { 'envoy-stats': stats }) },
     });
     process.stdout.write(`setup: wrote ${s.dir} (${Object.values(FILES).join(', ')}); network ${s.network}, gateway ${s.gateway}; the pod will be ${s.pod}\n`);
   }

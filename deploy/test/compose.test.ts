@@ -124,7 +124,7 @@ test('compose – hardening: read-only root filesystems, non-root users, capabil
     if (['authz', 'envoy', 'backend'].includes(name)) assert.equal(s.user, '1000:1000', `${name}: runs as EDGE_UID:EDGE_GID`);
     if (name !== 'envoy') assert.equal(s.ports, undefined, `${name} publishes no port`);
   }
-  assert.deepEqual(compose.services['envoy']?.ports, ['127.0.0.1:8080:8080/tcp', '127.0.0.1:8082:8082/tcp'], 'clients, and the feed\'s ingest port');
+  assert.deepEqual(compose.services['envoy']?.ports, ['127.0.0.1:8080:8080/tcp', '127.0.0.1:8082:8082/tcp', '127.0.0.1:9902:9902/tcp'], 'clients, the feed\'s ingest port, Envoy\'s stats listener');
   assert.equal(compose.services['render']?.network_mode, 'none');
 });
 
@@ -171,6 +171,8 @@ test('compose – environment names are settings the service reads; Envoy reache
   // overload manager's memory bound is the container's limit.
   assert.equal(compose.services['envoy']?.ports?.[1]?.replace(/\/tcp$/, '').split(':').at(-1), a['INGEST_PORT']);
   assert.equal(a['INGEST_BIND_ADDRESS'], '0.0.0.0');
+  // Envoy's stats listener (GET /stats/prometheus only), published on the host's loopback.
+  assert.equal(compose.services['envoy']?.ports?.[2]?.replace(/\/tcp$/, '').split(':').at(-1), a['ENVOY_STATS_PORT']);
   const mem = /^(\d+)([kmg]?)b?$/i.exec(String(compose.services['envoy']?.mem_limit ?? ''));
   const memBytes = mem === null ? NaN : Number(mem[1]) * 1024 ** ' kmg'.indexOf((mem[2] || ' ').toLowerCase());
   assert.equal(memBytes, Number(a['ENVOY_MEMORY_LIMIT_MB']) * 1_048_576, 'ENVOY_MEMORY_LIMIT_MB is the envoy service\'s mem_limit');

@@ -25,7 +25,7 @@ import YAML from 'yaml';
 import { sentinelOptions } from '../../authz/src/common/adapters/redis.ts';
 import { loadConfig } from '../../authz/src/common/config.ts';
 import { envoyBinary } from '../../envoy/envoy-bin.ts';
-import { budgetOfBootstrap, ENVOY_POD_CPUS, envoyBudget, renderEnvoy, requiredEnvoyMemoryLimitMb, SERVER_SDS_FILE } from '../../envoy/render.ts';
+import { budgetOfBootstrap, CLUSTER, ENVOY_POD_CPUS, envoyBudget, renderEnvoy, requiredEnvoyMemoryLimitMb, SERVER_SDS_FILE, STATS_LISTENER } from '../../envoy/render.ts';
 import { freePort } from '../../authz/test/redis-server.ts';
 import { generateDevPki } from '../../scripts/dev/certs.ts';
 import { ensureEdgeServerCert } from '../../scripts/dev/edge-server-cert.ts';
@@ -194,7 +194,10 @@ for (const name of Object.keys(KUSTOMIZATIONS)) {
     const config = loadConfig(env);
     const envoy = container(rs, 'envoy');
     const authz = container(rs, 'authz');
-    assert.deepEqual(envoy.ports, [{ name: 'http', containerPort: config.edgePort }, { name: 'ingest', containerPort: config.ingestPort }]);
+    assert.deepEqual(envoy.ports, [
+      { name: 'http', containerPort: config.edgePort }, { name: 'ingest', containerPort: config.ingestPort },
+      { name: 'envoy-stats', containerPort: config.envoyStatsPort },
+    ]);
     // The overload manager's memory bound is the envoy container's own limit.
     assert.equal(envoy.resources?.limits?.['memory'], `${config.envoyMemoryLimitMb}Mi`, 'ENVOY_MEMORY_LIMIT_MB is the envoy container\'s memory limit');
     // No market port: the market service listens on its Unix socket only (MARKET_SOCKET, no MARKET_PORT).
@@ -218,7 +221,11 @@ for (const name of Object.keys(KUSTOMIZATIONS)) {
     assert.equal(boot.static_resources.listeners[0]?.address.socket_address.port_value, config.edgePort);
     // Ingest on its own listener, on every address of the pod (the feed pipeline is another pod).
     assert.deepEqual(boot.static_resources.listeners.map((l) => [l.name, l.address.socket_address]),
-      [['edge', { address: '0.0.0.0', port_value: config.edgePort }], ['ingest', { address: '0.0.0.0', port_value: config.ingestPort }]]);
+      [['edge', { address: '0.0.0.0', port_value: config.edgePort }], ['ingest', { address: '0.0.0.0', port_value: config.ingestPort }],
+        // The stats listener (GET /stats/prometheus only, to the loopback admin): Prometheus is another pod.
+        [STATS_LISTENER, { address: '0.0.0.0', port_value: config.envoyStatsPort }]]);
+    assert.deepEqual(boot.static_resources.clusters.find((c) => c.name === CLUSTER.envoyAdmin)?.load_assignment?.endpoints[0]?.lb_endpoints[0]?.endpoint.address,
+      { socket_address: { address: '127.0.0.1', port_value: config.envoyAdminPort } }, 'the stats listener reaches the admin on loopback');
     const endpoint = (c: string): unknown => (boot.static_resources.clusters.find((x) => x.name === c)?.load_assignment?.endpoints[0]?.lb_endpoints[0]?.endpoint.address as { pipe?: unknown } | undefined)?.pipe;
     // Envoy reaches authz and the market over Unix sockets on an emptyDir both containers mount.
     assert.deepEqual(endpoint('authz'), { path: config.authzGrpcSocket }, 'Envoy reaches authz over the pod\'s socket');
@@ -261,11 +268,17 @@ for (const name of Object.keys(KUSTOMIZATIONS)) {
       assert.deepEqual(open, [], 'no port open to every source');
       assert.deepEqual(edgeRule?.from, PRODUCTION_EDGE_SOURCES);
       assert.ok(PRODUCTION_EDGE_SOURCES.length > 0);
-      assert.deepEqual(sorted(restricted), sorted([config.edgePort, config.ingestPort!, config.authzAdminPort]));
+      assert.deepEqual(sorted(restricted), sorted([config.edgePort, config.ingestPort!, config.authzAdminPort, config.envoyStatsPort!]));
     } else {
       assert.deepEqual(open, [config.edgePort]);
-      assert.deepEqual(sorted(restricted), sorted([config.ingestPort!, config.authzAdminPort]));
+      assert.deepEqual(sorted(restricted), sorted([config.ingestPort!, config.authzAdminPort, config.envoyStatsPort!]));
     }
+    // Both metrics ports (the TS service's, Envoy's stats listener) from Prometheus in `monitoring` only; never the Envoy admin.
+    const monitoring = [{ namespaceSelector: { matchLabels: { 'kubernetes.io/metadata.name': 'monitoring' } }, podSelector: { matchLabels: { 'app.kubernetes.io/name': 'prometheus' } } }];
+    for (const p of [config.authzAdminPort, config.envoyStatsPort!]) {
+      assert.deepEqual(np.ingress.filter((r) => r.ports.some((x) => x.port === p)).map((r) => r.from), [monitoring], `port ${p}: monitoring only`);
+    }
+    assert.ok(!open.includes(config.envoyAdminPort) && !restricted.includes(config.envoyAdminPort), 'Envoy\'s admin port is never admitted');
     for (const p of [config.authzGrpcPort, config.marketPort]) assert.ok(!open.includes(p) && !restricted.includes(p), `port ${p} must not be admitted`);
     const egress = np.egress.flatMap((r) => r.ports.map((p) => p.port));
     const redisPorts = (sentinelOptions(config.redisUrl!).sentinels ?? []).map((s) => Number((s as { port: number }).port));

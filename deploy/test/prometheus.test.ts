@@ -10,6 +10,7 @@ import assert from 'node:assert/strict';
 import { readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import YAML from 'yaml';
+import { K8S_ENV } from '../k8s/render.ts';
 import { ROOT } from '../paths.ts';
 import { promtool } from './tools.ts';
 import { tempDir } from '../../authz/test/temp-dir.ts';
@@ -206,8 +207,53 @@ test('prometheus – every alert has a response in docs/operations.md', () => {
   for (const r of rules) assert.ok(new RegExp(`^\\| ${r.alert} \\|`, 'm').test(ops), `${r.alert} has no row in the operations alert table`);
 });
 
-test('prometheus – the scrape job the alerts name keeps the edge pods on their prometheus.io port', () => {
-  const scrape = YAML.parse(readFileSync(join(ROOT, 'deploy/prometheus/scrape.yaml'), 'utf8')) as { scrape_configs: { job_name: string }[] };
+interface ScrapeJob {
+  job_name: string;
+  metrics_path?: string;
+  relabel_configs: { source_labels?: string[]; regex?: string; action?: string; target_label?: string }[];
+}
+const SCRAPE = join(ROOT, 'deploy/prometheus/scrape.yaml');
+const scrapeJobs = (YAML.parse(readFileSync(SCRAPE, 'utf8')) as { scrape_configs: ScrapeJob[] }).scrape_configs;
+
+test('prometheus – the scrape jobs: edge-authz (the one the alerts name, the prometheus.io port) and edge-envoy (Envoy\'s stats listener)', () => {
   const jobs = new Set(rules.flatMap((r) => [...r.expr.matchAll(/job="([^"]+)"/g)].map((m) => m[1]!)));
-  assert.deepEqual([...jobs], scrape.scrape_configs.map((s) => s.job_name));
+  assert.deepEqual([...jobs], ['edge-authz']);
+  assert.deepEqual(scrapeJobs.map((s) => s.job_name), ['edge-authz', 'edge-envoy']);
+});
+
+/**
+ * The scrape config with its Kubernetes discovery swapped for file discovery: Debian's promtool
+ * (2.42) is built without Kubernetes service discovery and refuses `kubernetes_sd_configs` as an
+ * unknown field; everything else (paths, relabel rules and their regexes) is checked as shipped.
+ */
+function withFileDiscovery(text: string): string {
+  const swapped = text.replaceAll('kubernetes_sd_configs:\n      - role: pod', 'file_sd_configs:\n      - files: [targets-*.json]');
+  assert.equal(swapped.match(/file_sd_configs/g)?.length, scrapeJobs.length, 'every job discovered pods');
+  return swapped;
+}
+
+test('prometheus – the scrape config passes the real promtool check config (Kubernetes discovery aside); a broken one does not', () => {
+  const shipped = readFileSync(SCRAPE, 'utf8');
+  const r = promtoolOn(['check', 'config'], 'scrape.yaml', withFileDiscovery(shipped));
+  assert.equal(r.status, 0, r.output);
+  assert.match(r.output, /SUCCESS/);
+  for (const broken of [shipped.replace('regex: envoy-stats', 'regex: envoy-stats(['), shipped.replace('job_name: edge-envoy', 'job_name: edge-authz')]) {
+    assert.notEqual(broken, shipped);
+    assert.notEqual(promtoolOn(['check', 'config'], 'scrape.yaml', withFileDiscovery(broken)).status, 0);
+  }
+});
+
+test('prometheus – edge-envoy scrapes /stats/prometheus on the envoy container\'s `envoy-stats` port, the one ENVOY_STATS_PORT sets (deploy/k8s)', () => {
+  const job = scrapeJobs.find((s) => s.job_name === 'edge-envoy')!;
+  assert.equal(job.metrics_path, '/stats/prometheus');
+  const keep = (label: string): string | undefined => job.relabel_configs.find((c) => c.action === 'keep' && c.source_labels?.[0] === label)?.regex;
+  assert.equal(keep('__meta_kubernetes_pod_label_app'), 'edge');
+  assert.equal(keep('__meta_kubernetes_pod_container_port_name'), 'envoy-stats');
+  // No address rewrite: each kept target is the pod IP and that container port.
+  assert.equal(job.relabel_configs.some((c) => c.target_label === '__address__'), false);
+  const deployment = YAML.parse(readFileSync(join(ROOT, 'deploy/k8s/base/deployment.yaml'), 'utf8')) as {
+    spec: { template: { spec: { containers: { name: string; ports?: { name: string; containerPort: number }[] }[] } } };
+  };
+  const envoy = deployment.spec.template.spec.containers.find((c) => c.name === 'envoy')!;
+  assert.equal(envoy.ports?.find((p) => p.name === 'envoy-stats')?.containerPort, Number(K8S_ENV['ENVOY_STATS_PORT']));
 });

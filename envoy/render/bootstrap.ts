@@ -1,5 +1,6 @@
 /**
- * The bootstrap: node, admin, overload manager, and the static listeners and clusters.
+ * The bootstrap: node, admin, overload manager, and the static listeners and clusters (with
+ * ENVOY_STATS_PORT, the stats listener and its admin cluster last: stats.ts).
  */
 import { ENVOY_NON_HEAP_MB, type Config } from '../../authz/src/common/config.ts';
 import { MAX_DOWNSTREAM_CONNECTIONS, MEMORY_ACTIONS } from './budget.ts';
@@ -7,6 +8,7 @@ import { clusters, rateLimitTokenSecrets } from './clusters.ts';
 import { socketAddress, typedExtension, type JsonObject, type RenderOptions } from './common.ts';
 import { ingestListener, listener } from './listener.ts';
 import { TYPE_URL } from './names.ts';
+import { adminCluster, statsListener } from './stats.ts';
 
 // The connection cap and the memory actions' thresholds are part of Envoy's memory budget
 // (budget.ts, with the descriptor cap and the container limit: one budget, tested).
@@ -61,6 +63,8 @@ export function overloadManager(config: Config, opts: RenderOptions): JsonObject
 /** The whole bootstrap as a plain object (what the YAML encodes). */
 export function buildBootstrap(config: Config, opts: RenderOptions): JsonObject {
   const ingest = ingestListener(config, opts);
+  const stats = statsListener(config);
+  const admin = adminCluster(config);
   return {
     // Path-based SDS refuses to start without a node id and cluster.
     node: { id: opts.nodeId ?? 'edge-envoy', cluster: 'edge-trading-proxy' },
@@ -69,8 +73,8 @@ export function buildBootstrap(config: Config, opts: RenderOptions): JsonObject 
     admin: { address: socketAddress('127.0.0.1', config.envoyAdminPort), ignore_global_conn_limit: true },
     overload_manager: overloadManager(config, opts),
     static_resources: {
-      listeners: [listener(config, opts), ...(ingest === undefined ? [] : [ingest])],
-      clusters: clusters(config, opts),
+      listeners: [listener(config, opts), ...(ingest === undefined ? [] : [ingest]), ...(stats === undefined ? [] : [stats])],
+      clusters: [...clusters(config, opts), ...(admin === undefined ? [] : [admin])],
       ...(rateLimitTokenSecrets(config).length === 0 ? {} : { secrets: rateLimitTokenSecrets(config) }),
     },
   };

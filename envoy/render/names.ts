@@ -29,7 +29,15 @@ export const GEOBLOCK_PATH = PATHS.geoblock;
 export const LISTENER = { edge: 'edge', ingest: 'ingest' } as const;
 export type ListenerName = (typeof LISTENER)[keyof typeof LISTENER];
 
-export const CLUSTER = { authz: 'authz', market: 'market', orderBackend: 'order_backend', rateLimit: 'ratelimit' } as const;
+/**
+ * The stats listener (ENVOY_STATS_PORT; render/stats.ts): its listener, HttpConnectionManager
+ * (`http.envoy_stats.…`) and route configuration name, and the one path it forwards to the admin.
+ */
+export const STATS_LISTENER = 'envoy_stats';
+export const STATS_PATH = '/stats/prometheus';
+
+/** `envoy_admin`: Envoy's own admin interface on loopback, the stats listener's upstream. */
+export const CLUSTER = { authz: 'authz', market: 'market', orderBackend: 'order_backend', rateLimit: 'ratelimit', envoyAdmin: 'envoy_admin' } as const;
 export type ClusterName = (typeof CLUSTER)[keyof typeof CLUSTER];
 
 /**

@@ -108,6 +108,11 @@ export interface Config {
   readonly marketPort: number;
   readonly authzAdminPort: number;
   readonly envoyAdminPort: number;
+  /**
+   * ENVOY_STATS_PORT: a listener (all interfaces) whose one route is GET /stats/prometheus, to
+   * Envoy's admin (envoy/render/stats.ts); undefined (unset): no such listener.
+   */
+  readonly envoyStatsPort: number | undefined;
   /** Address the gRPC server binds to (loopback unless a container needs otherwise). */
   readonly bindAddress: string;
   /**
@@ -381,6 +386,17 @@ function socketSetting(env: Env, name: string, addressName: string): string | un
   const address = str(env, addressName);
   if (address !== undefined) throw new ConfigError(addressName, `unset with ${name} (Envoy reaches the service on the socket, not at an address)`, address);
   return raw;
+}
+
+/** ENVOY_STATS_PORT: unset (no stats listener), or a port no other Envoy listener uses. */
+function statsPort(env: Env, taken: Readonly<Record<string, number | undefined>>): number | undefined {
+  const raw = str(env, 'ENVOY_STATS_PORT');
+  if (raw === undefined) return undefined;
+  const p = int(env, 'ENVOY_STATS_PORT', 0, 1, 65535);
+  for (const [name, other] of Object.entries(taken)) {
+    if (other === p) throw new ConfigError('ENVOY_STATS_PORT', `a port other than ${name} (${other})`, raw);
+  }
+  return p;
 }
 
 function ingestListener(env: Env, taken: Readonly<Record<string, number>>): { port: number | undefined; bindAddress: string } {
@@ -736,6 +752,7 @@ export function loadConfig(env: Env = process.env): Config {
   const edgePort = port(env, 'EDGE_PORT', 8080);
   const envoyAdminPort = port(env, 'ENVOY_ADMIN_PORT', 9901);
   const ingest = ingestListener(env, { EDGE_PORT: edgePort, ENVOY_ADMIN_PORT: envoyAdminPort });
+  const envoyStatsPort = statsPort(env, { EDGE_PORT: edgePort, ENVOY_ADMIN_PORT: envoyAdminPort, INGEST_PORT: ingest.port });
   const authzTimeoutMs = int(env, 'AUTHZ_TIMEOUT_MS', 1000, 10, 60_000);
   const xffNumTrustedHops = int(env, 'XFF_NUM_TRUSTED_HOPS', 0, 0, 10);
   const edgeTls = edgeTlsSettings(env, xffNumTrustedHops);
@@ -751,6 +768,7 @@ export function loadConfig(env: Env = process.env): Config {
     marketPort: port(env, 'MARKET_PORT', 8081),
     authzAdminPort: port(env, 'AUTHZ_ADMIN_PORT', 9464),
     envoyAdminPort,
+    envoyStatsPort,
     bindAddress,
     marketBindAddress: str(env, 'MARKET_BIND_ADDRESS') ?? bindAddress,
     adminBindAddress: str(env, 'ADMIN_BIND_ADDRESS') ?? '127.0.0.1',
