@@ -6,6 +6,7 @@
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { randomBytes, X509Certificate } from 'node:crypto';
+import { ingestSignatureHeaders } from '../authz/src/common/crypto/ingest-signer.ts';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -182,18 +183,13 @@ describe('ingest', () => {
     const missing = await request(stack, 'POST', '/internal/ingest/market', { body: s.body });
     assert.deepEqual([missing.status, errorCode(missing)], [401, 'unauthorized']);
     // An old timestamp, correctly signed.
-    const { createHmac } = await import('node:crypto');
     const ts = String(Math.floor(Date.now() / 1000) - 301);
-    const nonce = randomBytes(16).toString('hex');
-    const mac = createHmac('sha256', stack.hmacKey).update(`${ts}.${nonce}.`).update(s.body).digest('hex');
-    const old = await request(stack, 'POST', '/internal/ingest/market', { body: s.body, headers: { 'x-edge-timestamp': ts, 'x-edge-nonce': nonce, 'x-edge-signature': `v1=${mac}` } });
+    const old = await request(stack, 'POST', '/internal/ingest/market', { body: s.body, headers: ingestSignatureHeaders(stack.hmacKey, ts, randomBytes(16).toString('hex'), s.body) });
     assert.deepEqual([old.status, errorCode(old)], [401, 'timestamp expired']);
     // Correct HMAC over bodies with bad content.
     const send = (body: Buffer) => {
       const ts2 = String(Math.floor(Date.now() / 1000));
-      const n = randomBytes(16).toString('hex');
-      const m = createHmac('sha256', stack.hmacKey).update(`${ts2}.${n}.`).update(body).digest('hex');
-      return request(stack, 'POST', '/internal/ingest/market', { body, headers: { 'x-edge-timestamp': ts2, 'x-edge-nonce': n, 'x-edge-signature': `v1=${m}` } });
+      return request(stack, 'POST', '/internal/ingest/market', { body, headers: ingestSignatureHeaders(stack.hmacKey, ts2, randomBytes(16).toString('hex'), body) });
     };
     const notJson = await send(Buffer.from('[1,2'));
     assert.deepEqual([notJson.status, errorCode(notJson)], [400, 'invalid_json']);

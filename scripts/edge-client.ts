@@ -10,9 +10,10 @@
  * 32-byte seed hex/base64) — `npm start` writes both to .run/dev.env. Nothing is logged but
  * the response.
  */
-import { createHash, createHmac, createPrivateKey, randomBytes, sign } from 'node:crypto';
+import { createHash, createPrivateKey, randomBytes, sign } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { parseHmacKey } from '../authz/src/common/credentials.ts';
+import { ingestSignatureHeaders } from '../authz/src/common/crypto/ingest-signer.ts';
 
 const PKCS8_ED25519_PREFIX = Buffer.from('302e020100300506032b657004220420', 'hex');
 
@@ -35,8 +36,7 @@ export function signedIngest(doc: Buffer, conditionId: string, key = hmacKey(), 
   const body = Buffer.from(JSON.stringify({ conditionId, d: doc.toString('base64'), s, k: 'ed25519-sha256' }));
   const ts = String(Math.floor(Date.now() / 1000));
   const nonce = randomBytes(16).toString('hex');
-  const mac = createHmac('sha256', key).update(`${ts}.${nonce}.`).update(body).digest('hex');
-  return { body, headers: { 'content-type': 'application/json', 'x-edge-timestamp': ts, 'x-edge-nonce': nonce, 'x-edge-signature': `v1=${mac}` } };
+  return { body, headers: { 'content-type': 'application/json', ...ingestSignatureHeaders(key, ts, nonce, body) } };
 }
 
 export function demoDocument(conditionId: string, seq: number): Buffer {

@@ -3,12 +3,13 @@
  * pseudo-headers, raw_body bytes), encoded with the real protos; signing for ingests;
  * fakes for the ports.
  */
-import { createHash, createHmac, generateKeyPairSync, randomBytes, sign, type KeyObject } from 'node:crypto';
+import { createHash, generateKeyPairSync, randomBytes, sign, type KeyObject } from 'node:crypto';
 import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { MethodDefinition } from '@grpc/proto-loader';
 import { loadPackageDefinition, SERVICE_NAMES } from '../../proto/index.ts';
 import { removeTempDir, tempDir } from './temp-dir.ts';
+import { ingestSignatureHeaders } from '../src/common/crypto/ingest-signer.ts';
 import type { Clock, MarketLookup, MarketMeta } from '../src/common/ports.ts';
 
 const pd = loadPackageDefinition();
@@ -128,8 +129,7 @@ export function ingestBody(doc: { conditionId: string } & Record<string, unknown
 /** HMAC headers for an ingest body (docs/api.md "POST /internal/ingest/market"). */
 export function hmacHeaders(body: Buffer, key: Buffer, ts: number | string, nonce = randomBytes(16).toString('hex')): Record<string, string> {
   const t = String(ts);
-  const mac = createHmac('sha256', key).update(`${t}.${nonce}.`).update(body).digest('hex');
-  return { 'x-edge-timestamp': t, 'x-edge-nonce': nonce, 'x-edge-signature': `v1=${mac}` };
+  return ingestSignatureHeaders(key, t, nonce, body);
 }
 
 export function marketDoc(conditionId: string, seq: number, extra: Record<string, unknown> = {}): Record<string, unknown> & { conditionId: string } {

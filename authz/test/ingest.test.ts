@@ -3,6 +3,7 @@
  * in-memory nonce store: headers → window → HMAC → nonce → envelope → Ed25519 → document.
  */
 import { HmacSha256Key } from '../src/common/crypto/hmac.ts';
+import { ingestMac } from '../src/common/crypto/ingest-signer.ts';
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { createHash, createHmac, randomBytes, sign } from 'node:crypto';
@@ -38,7 +39,7 @@ function makeDeps(over: Partial<IngestDeps> = {}): IngestDeps & { nonces: NonceS
 const freshNonce = (): string => randomBytes(16).toString('hex');
 
 function mac(key: Buffer, ts: string, nonce: string, body: Buffer): string {
-  return createHmac('sha256', key).update(`${ts}.${nonce}.`).update(body).digest('hex');
+  return ingestMac(new HmacSha256Key(key), ts, nonce, body).toString('hex');
 }
 
 /** A correctly signed ingest request; any header can be overridden afterwards. */

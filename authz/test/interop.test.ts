@@ -7,6 +7,7 @@
  * HMAC'd body fails with the right code.
  */
 import { HmacSha256Key } from '../src/common/crypto/hmac.ts';
+import { ingestSigner } from '../src/common/crypto/ingest-signer.ts';
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
@@ -198,8 +199,9 @@ async function ingest(body: Buffer, mac: string): Promise<Decision> {
   return evaluate(decodeCheckRequest(wire), pipeline());
 }
 
-test('interop HMAC – Python hmac and node:crypto agree on the signed message', () => {
+test('interop HMAC – Python hmac over the documented message, node:crypto and the signer module (common/crypto/ingest-signer.ts) agree', () => {
   assert.equal(PY_MAC, createHmac('sha256', HMAC).update(message(BODY)).digest('hex'));
+  assert.equal(ingestSigner(HMAC)(TS, NONCE, BODY), `v1=${PY_MAC}`);
 });
 
 const hmacCases: Record<string, [body: Buffer, mac: string, code: Decision['code']]> = {

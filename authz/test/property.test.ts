@@ -27,6 +27,10 @@ import { GeoDatabase } from '../src/common/adapters/geoip.ts';
 import { geoFixtures } from './geo-fixtures.ts';
 import type { MarketMeta } from '../src/common/ports.ts';
 import { encodeCheckRequest, envelopeFor, fakeMarkets, fixedClock, HMAC_KEY, marketDoc, newFeedKey, type CheckSpec } from './helpers.ts';
+import { ingestSigner } from '../src/common/crypto/ingest-signer.ts';
+
+/** Signs like the feed pipeline (the signer module); hmacValid below is the independent model. */
+const signIngest = ingestSigner(HMAC_KEY);
 
 const NOW = 1763700000;
 const FEED = newFeedKey();
@@ -258,7 +262,7 @@ test('property – random CheckRequests (3000): never throws, never ≥ 500, nev
       const body = r.body;
       const headers: Record<string, string> = { ...r.extra, 'x-edge-timestamp': r.ts, 'x-edge-nonce': r.nonce, 'x-edge-signature': r.sig };
       if (r.signCorrectly) {
-        headers['x-edge-signature'] = `v1=${createHmac('sha256', HMAC_KEY).update(`${r.ts}.${r.nonce}.`).update(body ?? Buffer.alloc(0)).digest('hex')}`;
+        headers['x-edge-signature'] = signIngest(r.ts, r.nonce, body ?? Buffer.alloc(0));
       }
       for (const h of r.drop) delete headers[h];
       const spec: CheckSpec = { method, path, headers, bodyAsString: r.bodyAsString, ...(body === undefined ? {} : { body }) };
@@ -275,7 +279,7 @@ const validIngest = (() => {
   const body = Buffer.from(JSON.stringify({ conditionId: CID, ...envelopeFor(marketDoc(CID, 3), FEED) }));
   const ts = String(NOW - 17);
   const nonce = '0123456789abcdef0123456789abcdef';
-  const sig = `v1=${createHmac('sha256', HMAC_KEY).update(`${ts}.${nonce}.`).update(body).digest('hex')}`;
+  const sig = signIngest(ts, nonce, body);
   return { body, ts, nonce, sig };
 })();
 
@@ -317,7 +321,7 @@ test('property – mutations of a valid signed ingest (3000): no allow unless bo
           o['s'] = flipChar(o['s']!, i, x);
         }
         v.body = Buffer.from(JSON.stringify(o));
-        v.sig = `v1=${createHmac('sha256', HMAC_KEY).update(`${v.ts}.${v.nonce}.`).update(v.body).digest('hex')}`;
+        v.sig = signIngest(v.ts, v.nonce, v.body);
       }
       let wire = encodeCheckRequest(specOf(v));
       if (what === 'wire') {

@@ -5,6 +5,7 @@
  * (lean CheckRequest decoding included).
  */
 import { HmacSha256Key } from '../src/common/crypto/hmac.ts';
+import { ingestSigner } from '../src/common/crypto/ingest-signer.ts';
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
@@ -57,5 +58,19 @@ for (const c of vectors.cases) {
       assert.equal(JSON.parse(d.body).error, c.expect.error);
     }
     if (c.expect.nonce_recorded !== undefined) assert.equal(nonces.size === 1, c.expect.nonce_recorded);
+  });
+}
+
+// The signer module (common/crypto/ingest-signer.ts, which the verifier's ingestMac also serves)
+// writes the vectors' signatures: every case the HMAC check lets through (accepted, or refused
+// later with its nonce recorded), and not the one signed with another key.
+for (const c of vectors.cases) {
+  const passesHmac = c.expect.status === 200 || c.expect.nonce_recorded === true;
+  if (!passesHmac && c.name !== 'signature for another key') continue;
+  test(`ingest vector – the signer module ${passesHmac ? 'writes' : 'does not write'} the signature of "${c.name}"`, () => {
+    const body = Buffer.from(c.body_b64 ?? vectors.body_b64, 'base64');
+    const { 'x-edge-timestamp': ts = '', 'x-edge-nonce': nonce = '', 'x-edge-signature': sig = '' } = c.headers;
+    const signed = ingestSigner(parseHmacKey('EDGE_INGEST_HMAC', c.key))(ts, nonce, body);
+    assert.equal(signed === sig.toLowerCase(), passesHmac, `${signed} vs ${sig}`);
   });
 }

@@ -6,8 +6,10 @@
  *   (c) an order for the bench market, which the service's market store holds (marketIngestBody).
  * CheckRequests are encoded with the real protos (authz/test/helpers.ts).
  */
-import { createHmac, randomBytes } from 'node:crypto';
+import { randomBytes } from 'node:crypto';
 import { PATHS } from '../../authz/src/common/contract.ts';
+import { ingestMac } from '../../authz/src/common/crypto/ingest-signer.ts';
+import { HmacSha256Key } from '../../authz/src/common/crypto/hmac.ts';
 import { encodeCheckRequest, ingestBody, marketDoc, type FeedKey } from '../../authz/test/helpers.ts';
 import { frameGrpc } from './grpc-wire.ts';
 
@@ -87,6 +89,7 @@ export function orderRequest(nowSecs: number): Buffer {
  */
 export function ingestRequestFactory(hmacKey: Buffer, feed: FeedKey, nowSecs: number, opts: { framed?: boolean } = {}): (count: number) => Buffer[] {
   const body = marketIngestBody(feed, 2);
+  const key = new HmacSha256Key(hmacKey);
   const ts = String(nowSecs);
   const NONCE_PH = 'f'.repeat(32);
   const SIG_PH = 'e'.repeat(64);
@@ -109,7 +112,7 @@ export function ingestRequestFactory(hmacKey: Buffer, feed: FeedKey, nowSecs: nu
     const out: Buffer[] = new Array<Buffer>(count);
     for (let i = 0; i < count; i++) {
       const nonce = prefix + (counter++).toString(16).padStart(16, '0');
-      const mac = createHmac('sha256', hmacKey).update(`${ts}.${nonce}.`).update(body).digest('hex');
+      const mac = ingestMac(key, ts, nonce, body).toString('hex');
       const req = Buffer.from(template);
       req.write(nonce, nonceAt, 'latin1');
       req.write(mac, sigAt, 'latin1');

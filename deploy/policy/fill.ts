@@ -17,9 +17,10 @@
  * EDGE_FEED_ED25519_KEY_FILE (32-byte seed or 64-byte secret key, hex or base64).
  * `npm start` writes both to .run/dev.env; compose-setup.ts to deploy/.secrets/.
  */
-import { createHash, createHmac, createPrivateKey, randomBytes, sign, type KeyObject } from 'node:crypto';
+import { createHash, createPrivateKey, randomBytes, sign, type KeyObject } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { parseHmacKey, secretSetting } from '../../authz/src/common/credentials.ts';
+import { ingestSigner } from '../../authz/src/common/crypto/ingest-signer.ts';
 
 export interface PolicyKeys {
   /** The ingest HMAC key bytes. */
@@ -73,8 +74,7 @@ export function fillPolicy(text: string, opts: { nowSecs?: number; keys?: () => 
   }
   if (http.headers['x-edge-signature'] === '${HMAC}') {
     const { 'x-edge-timestamp': ts = '', 'x-edge-nonce': nonce = '' } = http.headers;
-    const mac = createHmac('sha256', k().hmacKey).update(`${ts}.${nonce}.`).update(http.body ?? '').digest('hex');
-    http.headers['x-edge-signature'] = `v1=${mac}`;
+    http.headers['x-edge-signature'] = ingestSigner(k().hmacKey)(ts, nonce, http.body ?? '');
   }
   return `${JSON.stringify(t, null, 2)}\n`;
 }

@@ -4,11 +4,17 @@
  */
 import type { Config } from '../../authz/src/common/config.ts';
 import { EDGE_SET_HEADERS } from '../../authz/src/common/contract.ts';
+import { MAPPED_PREFIX } from '../../authz/src/common/ip.ts';
 import { overwriteHeader, typedExtension, type JsonObject, type TypedExtension } from './common.ts';
 import { CLIENT_IP_HEADER, CLIENT_PORT_HEADER, FILTER, TYPE_URL, XFF_POLICY } from './names.ts';
 
-const V4_MAPPED_AS_V4 = `%CEL(request.headers['${CLIENT_IP_HEADER}'].startsWith('::ffff:') && request.headers['${CLIENT_IP_HEADER}'].contains('.') `
-  + `? request.headers['${CLIENT_IP_HEADER}'].substring(7) : request.headers['${CLIENT_IP_HEADER}'])%`;
+/**
+ * x-edge-client-ip's IPv4-mapped address (`::ffff:a.b.c.d`, as Envoy prints every mapped form:
+ * common/ip.ts MAPPED_PREFIX) as its IPv4, the rule common/ip.ts normalizeIp applies to the
+ * addresses Envoy prints (tested together in authz/test/ip-module.test.ts).
+ */
+export const V4_MAPPED_AS_V4 = `%CEL(request.headers['${CLIENT_IP_HEADER}'].startsWith('${MAPPED_PREFIX}') && request.headers['${CLIENT_IP_HEADER}'].contains('.') `
+  + `? request.headers['${CLIENT_IP_HEADER}'].substring(${MAPPED_PREFIX.length}) : request.headers['${CLIENT_IP_HEADER}'])%`;
 
 /**
  * Overwrites `x-edge-client-ip` with the address Envoy computed (XFF_NUM_TRUSTED_HOPS), so a

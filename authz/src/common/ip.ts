@@ -22,8 +22,18 @@
  *                 32–63 are the Teredo server's address, not the client's).
  * - canonicalAddress: the address everything keys on: the IPv4 a mapped or embedded form carries,
  *   else the address as given.
+ * - prefixOf: an IPv6 address's prefix (the rate limit's /64 client and its RATE_PREFIX_V6 prefix)
+ *   in the form Envoy's masked_remote_address writes it.
+ * - cidrMatcher: membership in a list of CIDR blocks (GEO_TRUSTED_CIDRS).
+ * - MAPPED_PREFIX: how Envoy prints every IPv4-mapped address; the header_mutation rule that writes
+ *   x-edge-client-ip (envoy/render/client-address.ts) strips it with this constant.
+ * Property-tested against node:net (isIP, SocketAddress, BlockList) in authz/test/ip-module.test.ts,
+ * where geo, the rate limit's keys and the client-address rule are also checked to agree.
  */
-import { isIP } from 'node:net';
+import { BlockList, isIP } from 'node:net';
+
+/** `::ffff:`: Envoy (inet_ntop) prints every IPv4-mapped address as `::ffff:a.b.c.d`. */
+export const MAPPED_PREFIX = '::ffff:';
 
 /** The translation forms embeddedIpv4 recognizes (the decision log's `embedded` field). */
 export type EmbeddedForm = '6to4' | 'nat64' | 'nat64-local' | 'siit' | 'teredo';
@@ -64,8 +74,8 @@ export function ipv6Groups(ip: string): number[] | undefined {
 
 const dotted = (hi: number, lo: number): string => `${hi >>> 8}.${hi & 255}.${lo >>> 8}.${lo & 255}`;
 
-/** `::ffff:a.b.c.d` in groups: the IPv4, else undefined. */
-function mapped(g: readonly number[]): string | undefined {
+/** `::ffff:a.b.c.d` (any spelling) in groups: the IPv4, else undefined. */
+export function mappedIpv4(g: readonly number[]): string | undefined {
   return g[0] === 0 && g[1] === 0 && g[2] === 0 && g[3] === 0 && g[4] === 0 && g[5] === 0xffff ? dotted(g[6]!, g[7]!) : undefined;
 }
 
@@ -122,7 +132,7 @@ export function normalizeIp(raw: string): string {
   const c = ip.charCodeAt(0);
   if (c !== 58 /* : */ && c !== 48 /* 0 */) return ip;
   const g = ipv6Groups(ip);
-  return (g === undefined ? undefined : mapped(g)) ?? ip;
+  return (g === undefined ? undefined : mappedIpv4(g)) ?? ip;
 }
 
 /**
@@ -135,5 +145,69 @@ export function canonicalAddress(address: string): string {
   if (isIP(address) !== 6) return address;
   const g = ipv6Groups(address);
   if (g === undefined) return address;
-  return mapped(g) ?? embeddedInGroups(g)?.ipv4 ?? address;
+  return mappedIpv4(g) ?? embeddedInGroups(g)?.ipv4 ?? address;
+}
+
+/**
+ * `2001:db8:3:ffff::/64`, `2001:db8:3::/48`: the prefix of `length` bits (32..64) of an IPv6
+ * address's groups, in Envoy's (RFC 5952) form, as masked_remote_address writes it. At least four
+ * trailing groups are zero, always the longest run, so: the kept groups without their trailing
+ * zeros, then `::`.
+ */
+export function prefixOf(groups: readonly number[], length: number): string {
+  const kept = Math.ceil(length / 16);
+  const first = groups.slice(0, kept);
+  const partial = length % 16;
+  if (partial !== 0) first[kept - 1] = first[kept - 1]! & ((0xffff << (16 - partial)) & 0xffff);
+  while (first.length > 0 && first.at(-1) === 0) first.pop();
+  return `${first.map((g) => g.toString(16)).join(':')}::/${length}`;
+}
+
+/** Dotted-quad IPv4 → uint32 (the input is already known to be a valid IPv4 address). */
+export function ipv4ToInt(ip: string): number {
+  let n = 0;
+  let part = 0;
+  for (let i = 0; i < ip.length; i++) {
+    const c = ip.charCodeAt(i);
+    if (c === 46 /* . */) {
+      n = (n << 8) | part;
+      part = 0;
+    } else {
+      part = part * 10 + (c - 48);
+    }
+  }
+  return ((n << 8) | part) >>> 0;
+}
+
+/**
+ * Membership in CIDR blocks (`10.0.0.0/8`, `::1/128`), for an address as normalizeIp returns it
+ * and its family. IPv4 ranges are compared as integers in plain JS (BlockList.check builds a
+ * native SocketAddress per call, ~0.7 µs on every Check); IPv6 uses BlockList. Throws on a block
+ * whose address is not one (the caller has validated the list).
+ */
+export function cidrMatcher(cidrs: readonly string[], what = 'GEO_TRUSTED_CIDRS'): (ip: string, family: number) => boolean {
+  const v4: [number, number][] = [];
+  const v6 = new BlockList();
+  let anyV6 = false;
+  for (const cidr of cidrs) {
+    const [net = '', bits = ''] = cidr.split('/');
+    const family = isIP(net);
+    if (family === 0) throw new Error(`${what}: not an address: ${cidr}`);
+    const prefix = Number(bits);
+    if (family === 4) {
+      const mask = prefix === 0 ? 0 : (0xffffffff << (32 - prefix)) >>> 0;
+      v4.push([(ipv4ToInt(net) & mask) >>> 0, mask]);
+    } else {
+      v6.addSubnet(net, prefix, 'ipv6');
+      anyV6 = true;
+    }
+  }
+  return (ip, family) => {
+    if (family === 4) {
+      const n = ipv4ToInt(ip);
+      for (const [base, mask] of v4) if (((n & mask) >>> 0) === base) return true;
+      return false;
+    }
+    return anyV6 && v6.check(ip, 'ipv6');
+  };
 }

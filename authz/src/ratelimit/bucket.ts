@@ -25,7 +25,7 @@
 import { isIP } from 'node:net';
 import type { Redis } from 'ioredis';
 import { RATE_LIMIT } from '../common/contract.ts';
-import { canonicalAddress } from '../common/ip.ts';
+import { canonicalAddress, ipv6Groups, mappedIpv4, prefixOf } from '../common/ip.ts';
 
 export const RATE_LIMIT_KEY_PREFIX = 'edge:rl:';
 
@@ -531,52 +531,11 @@ function state(tat: number[], k: number, hits: number, granted: boolean, now: nu
   return { remaining: Math.max(0, Math.floor((capacity - (after - now)) / interval)), untilFullUs: Math.floor(after - now) };
 }
 
-/** The eight 16-bit groups of an IPv6 address (an embedded dotted IPv4 tail included). */
-function v6Groups(address: string): number[] | undefined {
-  let s = address.toLowerCase();
-  const zone = s.indexOf('%');
-  if (zone !== -1) s = s.slice(0, zone);
-  const lastColon = s.lastIndexOf(':');
-  const tail = s.slice(lastColon + 1);
-  if (tail.includes('.')) {
-    const o = tail.split('.').map(Number);
-    if (o.length !== 4 || o.some((x) => !(x >= 0 && x <= 255))) return undefined;
-    s = `${s.slice(0, lastColon + 1)}${((o[0]! << 8) | o[1]!).toString(16)}:${((o[2]! << 8) | o[3]!).toString(16)}`;
-  }
-  const halves = s.split('::');
-  if (halves.length > 2) return undefined;
-  const parse = (part: string | undefined): number[] => (part === undefined || part === '' ? [] : part.split(':').map((g) => parseInt(g, 16)));
-  const head = parse(halves[0]);
-  const rest = parse(halves[1]);
-  const groups = halves.length === 2 ? [...head, ...Array<number>(8 - head.length - rest.length).fill(0), ...rest] : head;
-  return groups.length === 8 && groups.every((g) => g >= 0 && g <= 0xffff) ? groups : undefined;
-}
-
-/**
- * `2001:db8:3:ffff::/64`, `2001:db8:3::/48`: an address's prefix of `length` bits (32..64) in
- * Envoy's (RFC 5952) form. At least four trailing groups are zero, always the longest run, so
- * the kept groups without their trailing zeros, then `::`.
- */
-function masked(groups: readonly number[], length: number): string {
-  const kept = Math.ceil(length / 16);
-  const first = groups.slice(0, kept);
-  const partial = length % 16;
-  if (partial !== 0) first[kept - 1] = first[kept - 1]! & ((0xffff << (16 - partial)) & 0xffff);
-  while (first.length > 0 && first.at(-1) === 0) first.pop();
-  return `${first.map((g) => g.toString(16)).join(':')}::/${length}`;
-}
-
 /** The groups of an address or a masked value (`2001:db8::/64`); undefined for an IPv4 or no address. */
 function groupsOf(value: string): number[] | undefined {
   const slash = value.indexOf('/');
   const address = slash === -1 ? value : value.slice(0, slash);
-  return isIP(address) === 6 ? v6Groups(address) : undefined;
-}
-
-/** `::ffff:a.b.c.d` in any form: the IPv4, else undefined. */
-function mappedV4(g: readonly number[]): string | undefined {
-  if (g[0] !== 0 || g[1] !== 0 || g[2] !== 0 || g[3] !== 0 || g[4] !== 0 || g[5] !== 0xffff) return undefined;
-  return `${g[6]! >> 8}.${g[6]! & 255}.${g[7]! >> 8}.${g[7]! & 255}`;
+  return isIP(address) === 6 ? ipv6Groups(address) : undefined;
 }
 
 /**
@@ -592,9 +551,9 @@ export function clientOf(value: string): string | undefined {
   const family = isIP(address);
   if (family === 4) return address;
   if (family !== 6) return undefined;
-  const g = v6Groups(address);
+  const g = ipv6Groups(address);
   if (g === undefined) return undefined;
-  return mappedV4(g) ?? masked(g, RATE_LIMIT.v6PrefixLength);
+  return mappedIpv4(g) ?? prefixOf(g, RATE_LIMIT.v6PrefixLength);
 }
 
 /** The buckets one request takes: its client's and, for an IPv6 client, its prefix's. */
@@ -616,11 +575,10 @@ export function clientKeys(prefixLength: number): (address: string) => ClientKey
     const family = isIP(address);
     if (family === 4) return { client: address, prefix: undefined };
     if (family !== 6) return undefined;
-    const g = v6Groups(address);
+    // canonicalAddress has made an IPv4-mapped address its IPv4: this is an IPv6 client.
+    const g = ipv6Groups(address);
     if (g === undefined) return undefined;
-    const v4 = mappedV4(g);
-    if (v4 !== undefined) return { client: v4, prefix: undefined };
-    return { client: masked(g, RATE_LIMIT.v6PrefixLength), prefix: withPrefix ? masked(g, prefixLength) : undefined };
+    return { client: prefixOf(g, RATE_LIMIT.v6PrefixLength), prefix: withPrefix ? prefixOf(g, prefixLength) : undefined };
   };
 }
 
@@ -650,7 +608,7 @@ export function descriptorKeys(entries: readonly Entry[], prefixLength: number):
   const client = descriptorClient(entries);
   if (client === undefined) return undefined;
   if (prefixLength >= RATE_LIMIT.v6PrefixLength || !client.includes(':')) return { client, prefix: undefined };
-  return { client, prefix: masked(groupsOf(client)!, prefixLength) };
+  return { client, prefix: prefixOf(groupsOf(client)!, prefixLength) };
 }
 
 /**
@@ -662,5 +620,5 @@ export function descriptorPrefix(entries: readonly Entry[], prefixLength: number
   if (prefixLength >= RATE_LIMIT.v6PrefixLength || entries.length !== 2) return undefined;
   if (entries[0]!.key !== RATE_LIMIT.prefixKey || entries[0]!.value !== RATE_LIMIT.v6 || entries[1]!.key !== RATE_LIMIT.v6AddressKey) return undefined;
   const g = groupsOf(entries[1]!.value);
-  return g === undefined || mappedV4(g) !== undefined ? undefined : masked(g, prefixLength);
+  return g === undefined || mappedIpv4(g) !== undefined ? undefined : prefixOf(g, prefixLength);
 }

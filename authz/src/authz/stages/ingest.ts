@@ -5,6 +5,7 @@
  */
 import { timingSafeEqual } from 'node:crypto';
 import type { HmacSha256Key } from '../../common/crypto/hmac.ts';
+import { ingestMac, SIGNATURE_SCHEME } from '../../common/crypto/ingest-signer.ts';
 import { deny, ALLOW, type Decision } from '../decision.ts';
 import { verifyIngestBody } from '../../common/feed/envelope.ts';
 import type { Clock, NonceStore } from '../../common/ports.ts';
@@ -74,12 +75,12 @@ export function checkIngestSignature(req: IngestRequest, deps: IngestDeps, nowSe
   if (headers !== undefined) return headers;
   // Present and well-formed: checkIngestHeaders said so.
   const { timestamp, nonce, signature } = req as { readonly timestamp: string; readonly nonce: string; readonly signature: string };
-  const given = Buffer.from(signature.slice(3), 'hex');
+  const given = Buffer.from(signature.slice(SIGNATURE_SCHEME.length), 'hex');
   const body = req.body ?? EMPTY;
   let ok = false;
   // Every key is tried (no early exit), each compared in constant time.
   for (const key of deps.hmacKeys) {
-    if (timingSafeEqual(key.mac(timestamp, '.', nonce, '.', body), given)) ok = true;
+    if (timingSafeEqual(ingestMac(key, timestamp, nonce, body), given)) ok = true;
   }
   return ok ? undefined : UNAUTHORIZED_HMAC;
 }
