@@ -12,9 +12,8 @@ import { join } from 'node:path';
 import { hardLimits, containersConf, PODMAN_NPROC_CAP } from '../podman/host.ts';
 import { bridgeName, cidrsOverlap, freeSubnet, routedCidrs } from '../podman/network.ts';
 import { publishKubeletDir } from '../podman/kubelet-secrets.ts';
-import { productionDocs, splitForPodman, splitImage } from '../podman/overlay.ts';
+import { PRODUCTION_OVERLAY, productionDocs, splitForPodman, splitImage } from '../podman/overlay.ts';
 import { kustomize, yamlDocs } from '../lib/tools.ts';
-import { PRODUCTION_OVERLAY } from '../podman/setup.ts';
 
 const dir = mkdtempSync(join(tmpdir(), 'podman-setup-'));
 after(() => rmSync(dir, { recursive: true, force: true }));
