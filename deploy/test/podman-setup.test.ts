@@ -6,13 +6,13 @@
  */
 import { after, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { lstatSync, mkdtempSync, readdirSync, readFileSync, readlinkSync, rmSync } from 'node:fs';
+import { lstatSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, readlinkSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { hardLimits, containersConf, PODMAN_NPROC_CAP } from '../podman/host.ts';
 import { bridgeName, cidrsOverlap, freeSubnet, routedCidrs } from '../podman/network.ts';
 import { publishKubeletDir } from '../podman/kubelet-secrets.ts';
-import { PRODUCTION_OVERLAY, productionDocs, splitForPodman, splitImage } from '../podman/overlay.ts';
+import { findResource, overlayKustomization, PRODUCTION_OVERLAY, productionDocs, secretVolumes, splitForPodman, splitImage, type Workload } from '../podman/overlay.ts';
 import { kustomize, yamlDocs } from '../lib/tools.ts';
 
 const dir = mkdtempSync(join(tmpdir(), 'podman-setup-'));
@@ -97,4 +97,31 @@ test('podman overlay – the production render split for kube play: the claim al
   assert.equal(pod?.kind, 'Pod');
   assert.equal(pod?.metadata.name, split.geoipUpdatePodName);
   assert.match(split.geoipUpdatePodName, /-run$/);
+});
+
+test('podman overlay – the overlay, rendered by the real kustomize: names suffixed, one replica, images from podman\'s store, ports on loopback, Redis on the gateway, secrets as kubelet-layout directories', () => {
+  const production = productionDocs();
+  const deployment = findResource<Workload>(production, 'Deployment');
+  const secretDirs = Object.fromEntries(secretVolumes(deployment).map((v) => [v.secretName, join(dir, 'secrets', v.secretName)]));
+  const publish = Object.fromEntries(deployment.spec.template.spec.containers.flatMap((c) => c.ports ?? []).map((p, i) => [p.name ?? '', 20000 + i]));
+  const overlayDir = join(dir, 'overlay');
+  mkdirSync(overlayDir);
+  writeFileSync(join(overlayDir, 'kustomization.yaml'), overlayKustomization(overlayDir, {
+    name: 't1', envoyImage: 'docker.io/local/envoy:v9', serviceImage: 'docker.io/library/edge:9', gateway: '10.91.7.1', redisPort: 16390,
+    publish, secretDirs, blockedCountries: 'KP',
+  }, production));
+  const docs = yamlDocs(kustomize(overlayDir));
+  assert.equal(docs.length, production.length);
+  for (const d of docs) assert.match(d.metadata.name, /-t1$/, `${d.kind} ${d.metadata.name}`);
+  const pod = findResource<Workload>(docs, 'Deployment');
+  assert.equal((pod.spec as { replicas?: number }).replicas, 1);
+  const containers = pod.spec.template.spec.containers;
+  const images = containers.map((c) => c.image);
+  for (const want of ['docker.io/library/edge:9', 'docker.io/local/envoy:v9']) assert.ok(images.includes(want), `${want} in ${images.join(', ')}`);
+  for (const p of containers.flatMap((c) => c.ports ?? [])) assert.deepEqual([p.hostIP, p.hostPort], ['127.0.0.1', publish[p.name ?? '']]);
+  const settings = docs.find((d) => d.kind === 'ConfigMap' && (d as { data?: Record<string, string> }).data?.['REDIS_URL'] !== undefined) as { data: Record<string, string> } | undefined;
+  assert.equal(settings?.data['REDIS_URL'], 'redis://10.91.7.1:16390/0');
+  assert.equal(settings?.data['BLOCKED_COUNTRIES'], 'KP');
+  const hostPaths = (pod.spec.template.spec.volumes ?? []).flatMap((v) => (v.hostPath === undefined ? [] : [v.hostPath.path]));
+  assert.deepEqual(hostPaths.sort(), Object.values(secretDirs).sort());
 });
