@@ -203,7 +203,7 @@ describe('attacks on one stack', () => {
       body: order,
       headers: {
         'content-type': 'application/json', 'user-agent': 'attack/1',
-        'x-edge-market-id': 'forged', 'x-edge-client-ip': '6.6.6.6', 'x-edge-access': 'full', 'x-edge-anything': 'x',
+        'x-edge-market-id': 'forged', 'x-edge-client-ip': '6.6.6.6', 'x-edge-access': 'full', 'x-edge-policy': 'forged', 'x-edge-anything': 'x',
         forwarded: 'for=6.6.6.6', 'x-real-ip': '6.6.6.6', 'x-forwarded-host': 'evil.example', 'x-forwarded-proto': 'https', 'x-forwarded-port': '443',
         cookie: 'session=abc', authorization: 'Bearer abc',
       },
@@ -211,8 +211,10 @@ describe('attacks on one stack', () => {
     assert.equal(r.status, 200, r.text);
     const d = stack.backend.deliveries[before]!;
     assert.deepEqual(d.body, payload);
-    const { host, ...rest } = d.headers;
+    const { host, 'x-edge-policy': policy, ...rest } = d.headers;
     assert.equal(host, new URL(stack.env['ORDER_BACKEND_URL']!).host, 'the backend\'s own authority');
+    // The version of the geo policy that admitted it (no GEO_POLICY_FILE here: the settings' env-…).
+    assert.match(String(policy), /^env-[0-9a-f]{12}$/);
     assert.deepEqual(rest, {
       'content-type': 'application/octet-stream',
       'content-length': String(payload.length),
