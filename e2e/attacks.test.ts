@@ -813,10 +813,21 @@ describe('attack: held ingest bodies (1 MiB announced, all but a byte sent, then
     const peak = [...rssBefore];
     const sampler = setInterval(() => pids.forEach((p, i) => { peak[i] = Math.max(peak[i]!, processRssMb(p!)); }), 200);
     // The feed: a signed ingest every 500 ms to where each stack serves ingest, from its own address.
+    // As the feed pipeline does (docs/api.md), a 503 (nothing accepted: a store did not answer in
+    // time) or 504 is sent again signed anew, at most twice more; a 409 after it means stored.
     const feed: number[] = [];
+    const resent: string[] = [];
     let seq = 10;
+    const feedOnce = async (s: Stack, n: number): Promise<number> => {
+      for (let attempt = 1; ; attempt++) {
+        const r = await ingest(s, market, n, {}, '192.0.2.90');
+        if ((r.status !== 503 && r.status !== 504) || attempt === 3) return r.status === 409 && attempt > 1 ? 200 : r.status;
+        resent.push(`${r.status} ${r.text.trim()}`);
+        await sleep(250);
+      }
+    };
     const feeder = setInterval(() => {
-      for (const s of [plain, split]) void ingest(s, market, ++seq, {}, '192.0.2.90').then((r) => feed.push(r.status), () => feed.push(0));
+      for (const s of [plain, split]) void feedOnce(s, ++seq).then((st) => feed.push(st), () => feed.push(0));
     }, 500);
     // Meanwhile an order to a backend slower than ORDER_BACKEND_TIMEOUT_MS (5 s = the body timeout).
     plain.backend.mode = 'slow';
@@ -861,7 +872,10 @@ describe('attack: held ingest bodies (1 MiB announced, all but a byte sent, then
       assert.ok(grown[i]! <= RSS_GROWTH_MAX_MB, `Envoy ${name}: RSS ${rssBefore[i]!.toFixed(1)} → peak ${peak[i]!.toFixed(1)} MB`);
     }
     assert.ok(feed.length >= 2 * Math.floor(FLOOD_MS / 500) - 2, `${feed.length} feed ingests answered`);
-    assert.deepEqual([...new Set(feed)], [200], 'every signed feed ingest was stored during the attack');
+    assert.deepEqual([...new Set(feed)], [200], `every signed feed ingest was stored during the attack (resent: ${resent.join('; ') || 'none'})`);
+    // A resend is the feed's normal answer to a 503, not a way around a broken edge: at most a few.
+    assert.ok(resent.length <= 3, `${resent.length} feed ingests resent: ${resent.join('; ')}`);
+    if (resent.length > 0) t.diagnostic(`feed ingests resent after a 503/504: ${resent.join('; ')}`);
   });
 
   test('a stalled and a trickled body are cut at REQUEST_BODY_TIMEOUT_MS with a JSON 408, on the ingest port and on orders', async () => {

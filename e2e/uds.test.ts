@@ -13,7 +13,7 @@ import assert from 'node:assert/strict';
 import { execFile, spawn, spawnSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { existsSync, lstatSync, mkdirSync, readdirSync, readFileSync, readlinkSync, writeFileSync } from 'node:fs';
-import { join } from 'node:path';
+import { join, resolve } from 'node:path';
 import { promisify } from 'node:util';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { fileURLToPath } from 'node:url';
@@ -64,13 +64,21 @@ function listeningTcpPorts(pids: readonly number[]): number[] {
   return [...ports].sort((a, b) => a - b);
 }
 
-/** Unix socket paths in LISTEN (state 01, flag __SO_ACCEPTCON) on sockets `pids` hold, from /proc/net/unix. */
+/**
+ * Unix socket paths in LISTEN (state 01, flag __SO_ACCEPTCON) on sockets `pids` hold, from
+ * /proc/net/unix, as absolute paths. With AUTHZ_WORKERS=2 the cluster primary binds the path the
+ * worker asked for and may bind it relative to its working directory when that is shorter
+ * (seen: `../edge-test-run…/authz.sock` from a checkout in /tmp), so a relative entry is resolved
+ * against the cwd of the process holding it.
+ */
 function listeningUnixPaths(pids: readonly number[]): string[] {
-  const mine = new Set(pids.flatMap((p) => [...socketInodes(p)]));
+  const owner = new Map<string, number>();
+  for (const p of pids) for (const inode of socketInodes(p)) owner.set(inode, p);
   const paths: string[] = [];
   for (const line of readFileSync('/proc/net/unix', 'utf8').split('\n').slice(1)) {
     const f = line.trim().split(/\s+/);
-    if (f.length >= 8 && f[3] === '00010000' && mine.has(f[6]!)) paths.push(f[7]!);
+    const pid = owner.get(f[6] ?? '');
+    if (f.length >= 8 && f[3] === '00010000' && pid !== undefined) paths.push(resolve(readlinkSync(`/proc/${pid}/cwd`), f[7]!));
   }
   return paths.sort();
 }

@@ -9,6 +9,12 @@
  * Keys: EDGE_INGEST_HMAC (same formats as the service) and EDGE_FEED_ED25519_KEY (private key,
  * 32-byte seed hex/base64) — `npm start` writes both to .run/dev.env. Nothing is logged but
  * the response.
+ *
+ * An ingest answered 503 (nothing accepted: the nonce store or the market store did not answer in
+ * time) or 504 (outcome unknown) is sent again as the feed pipeline does (docs/api.md "POST
+ * /internal/ingest/market"): signed anew (a new nonce and timestamp), up to INGEST_ATTEMPTS (3)
+ * times, 250 ms apart; each resend is named on stderr, stdout has the last answer. A 409 after a
+ * 504 means the first attempt was stored. Orders are never resent (the backend may have one).
  */
 import { createHash, createPrivateKey, randomBytes, sign } from 'node:crypto';
 import { readFileSync } from 'node:fs';
@@ -54,9 +60,30 @@ function arg(name: string, def: string): string {
 }
 
 async function send(path: string, body: Buffer, headers: Record<string, string>): Promise<void> {
+  const res = await post(path, body, headers);
+  process.stdout.write(`${res.status} ${res.text}\n`);
+  if (res.status >= 400) process.exitCode = 1;
+}
+
+async function post(path: string, body: Buffer, headers: Record<string, string>): Promise<{ status: number; text: string }> {
   const url = `${arg('--url', `http://127.0.0.1:${process.env['EDGE_PORT'] ?? '8080'}`)}${path}`;
   const res = await fetch(url, { method: 'POST', body: new Uint8Array(body), headers });
-  process.stdout.write(`${res.status} ${await res.text()}\n`);
+  return { status: res.status, text: await res.text() };
+}
+
+export const INGEST_ATTEMPTS = 3;
+
+/** An ingest as the feed sends it: re-signed and resent on 503/504 (see the header). */
+async function sendIngest(sign: () => { body: Buffer; headers: Record<string, string> }): Promise<void> {
+  let res = { status: 0, text: '' };
+  for (let attempt = 1; attempt <= INGEST_ATTEMPTS; attempt++) {
+    const s = sign();
+    res = await post('/internal/ingest/market', s.body, s.headers);
+    if ((res.status !== 503 && res.status !== 504) || attempt === INGEST_ATTEMPTS) break;
+    process.stderr.write(`edge-client: ${res.status} ${res.text.trim()}: sending it again, signed anew (attempt ${attempt + 1} of ${INGEST_ATTEMPTS})\n`);
+    await new Promise((r) => setTimeout(r, 250));
+  }
+  process.stdout.write(`${res.status} ${res.text}\n`);
   if (res.status >= 400) process.exitCode = 1;
 }
 
@@ -67,11 +94,10 @@ async function main(): Promise<void> {
   if (cmd === 'ingest' && a1) {
     const doc = readFileSync(a1 === '-' ? 0 : a1);
     const { conditionId } = JSON.parse(doc.toString('utf8')) as { conditionId: string };
-    const s = signedIngest(doc, conditionId);
-    await send('/internal/ingest/market', s.body, s.headers);
+    await sendIngest(() => signedIngest(doc, conditionId));
   } else if (cmd === 'demo-ingest' && a1) {
-    const s = signedIngest(demoDocument(a1, Number(a2 ?? Date.now())), a1);
-    await send('/internal/ingest/market', s.body, s.headers);
+    const doc = demoDocument(a1, Number(a2 ?? Date.now()));
+    await sendIngest(() => signedIngest(doc, a1));
   } else if (cmd === 'order' && a1 && a2 && a3) {
     const payload = readFileSync(a3 === '-' ? 0 : a3).toString('base64');
     const deadline = Math.floor(Date.now() / 1000) + Number(arg('--ttl', '60'));
