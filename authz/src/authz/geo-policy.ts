@@ -11,6 +11,7 @@
  * refusal keeps the old policy, is counted in edge_geo_policy_reloads_total{result="refused"}
  * and logged once with its reason. Each worker process polls on its own.
  */
+import { OneAtATime } from '../common/one-at-a-time.ts';
 import { statSync, type Stats } from 'node:fs';
 import type { Config } from '../common/config.ts';
 import type { Logger } from '../common/log.ts';
@@ -93,7 +94,7 @@ export class LiveGeoPolicy {
   readonly #path: string | undefined;
   #stat: Stats | undefined;
   #timer: NodeJS.Timeout | undefined;
-  #reloading: Promise<boolean> | undefined;
+  readonly #reloads = new OneAtATime();
 
   constructor(deps: LivePolicyDeps, first: { doc: PolicyDocument; stat: Stats | undefined } = initialPolicy(deps.config)) {
     this.#deps = deps;
@@ -127,12 +128,7 @@ export class LiveGeoPolicy {
    * Resolves with success. One at a time: a call during one waits for it.
    */
   reload(): Promise<boolean> {
-    const run = (this.#reloading ?? Promise.resolve(true)).then(() => this.#reloadNow());
-    this.#reloading = run;
-    void run.finally(() => {
-      if (this.#reloading === run) this.#reloading = undefined;
-    });
-    return run;
+    return this.#reloads.run(() => this.#reloadNow());
   }
 
   async #reloadNow(): Promise<boolean> {
@@ -185,7 +181,7 @@ export class LiveGeoPolicy {
       } catch {
         return; // momentarily absent during a replace
       }
-      if (this.#reloading === undefined && (this.#stat === undefined || !sameFile(cur, this.#stat))) void this.reload();
+      if (!this.#reloads.busy && (this.#stat === undefined || !sameFile(cur, this.#stat))) void this.reload();
     }, intervalMs);
     this.#timer.unref();
   }

@@ -5,6 +5,7 @@
  * on the old one); a corrupt or refused replacement is not swapped in, the old database keeps
  * serving, and the refusal is reported once.
  */
+import { OneAtATime } from '../one-at-a-time.ts';
 import { readFileSync, statSync, type Stats } from 'node:fs';
 import { setImmediate as nextTurn } from 'node:timers/promises';
 import { Reader, type Response } from 'maxmind';
@@ -92,7 +93,7 @@ export class WatchedMmdb {
   /** stat of the file the current reader was loaded from (or of the last refused file). */
   #stat: Stats;
   /** The reload under way (reloads run one at a time); undefined when none is. */
-  #reloading: Promise<boolean> | undefined;
+  readonly #reloads = new OneAtATime();
   #closed = false;
 
   /** Loads and checks `path` now; throws when it is unusable or `check` refuses it (start-up fails). */
@@ -157,12 +158,7 @@ export class WatchedMmdb {
    * at a time: a call during one waits for it, then loads the file as it is then.
    */
   reload(): Promise<boolean> {
-    const run = (this.#reloading ?? Promise.resolve(true)).then(() => this.#reloadNow());
-    this.#reloading = run;
-    void run.finally(() => {
-      if (this.#reloading === run) this.#reloading = undefined;
-    });
-    return run;
+    return this.#reloads.run(() => this.#reloadNow());
   }
 
   async #reloadNow(): Promise<boolean> {
@@ -206,7 +202,7 @@ export class WatchedMmdb {
         return; // momentarily absent during a replace
       }
       // One reload at a time: a file replaced during one is seen by the next poll after it.
-      if (this.#reloading === undefined && !sameFile(cur, this.#stat)) void this.reload();
+      if (!this.#reloads.busy && !sameFile(cur, this.#stat)) void this.reload();
     }, intervalMs);
     this.#timer.unref();
   }
