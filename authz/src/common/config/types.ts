@@ -86,7 +86,7 @@ export interface OrderBackendConfig {
   readonly maxConnSecs: number;
 }
 
-/** The service's settings, parsed and frozen (parse.ts); the geo tiers are TierPolicy's fields. */
+/** The service's settings as loadConfig (load.ts) returns them, frozen; the enforced geo tiers are TierPolicy's fields. */
 export interface Config extends TierPolicy {
   // Ports and addresses
   readonly edgePort: number;
