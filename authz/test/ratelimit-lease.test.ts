@@ -19,7 +19,7 @@ import { BATCH, RATE_LIMIT_KEY_PREFIX, RedisBuckets, type BucketLimits, type Lea
 import { createCheckLimiter, withGlobalLimit } from '../src/ratelimit/check-limit.ts';
 import { ALLOW } from '../src/authz/decision.ts';
 import type { AuthzInput } from '../src/authz/codec/request.ts';
-import { PrivateRedis } from './redis-server.ts';
+import { PrivateRedis } from '../../testkit/redis-server.ts';
 
 const logger = createLogger('silent', new Writable({ write: (_c, _e, cb) => cb() }));
 /** Buckets that refill one token in 100 s: a sequence's answers cannot depend on how busy the machine is. */

@@ -19,7 +19,7 @@ import {
 import { createCheckLimiter } from '../src/ratelimit/check-limit.ts';
 import { CODE } from '../src/ratelimit/codec.ts';
 import { createRateLimitHandler } from '../src/ratelimit/service.ts';
-import { PrivateRedis } from './redis-server.ts';
+import { PrivateRedis } from '../../testkit/redis-server.ts';
 
 const logger = createLogger('silent', new Writable({ write: (_c, _e, cb) => cb() }));
 const metricsOf = (): ReturnType<typeof createMetrics> => createMetrics({ geoipBuildEpochSecs: () => 0, defaultMetrics: false });

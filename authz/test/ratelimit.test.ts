@@ -27,7 +27,7 @@ import { clientOf, descriptorClient, printfRound, RATE_LIMIT_KEY_PREFIX, RedisBu
 import { loadConfig } from '../src/common/config.ts';
 import { CODE, decodeRateLimitRequest, encodeRateLimitResponse } from '../src/ratelimit/codec.ts';
 import { createRateLimitHandler, rateLimitService } from '../src/ratelimit/service.ts';
-import { PrivateRedis } from './redis-server.ts';
+import { PrivateRedis } from '../../testkit/redis-server.ts';
 import { tokenCheck } from '../src/common/token.ts';
 import { createHash, randomBytes } from 'node:crypto';
 
