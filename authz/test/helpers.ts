@@ -6,7 +6,11 @@
 import { randomBytes } from 'node:crypto';
 import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
+import { after, before } from 'node:test';
+import type { Redis } from 'ioredis';
+import { PrivateRedis } from '../../testkit/redis-server.ts';
 import { removeTempDir, tempDir } from '../../testkit/temp-dir.ts';
+import { createRedis } from '../src/common/adapters/redis.ts';
 import { ingestSignatureHeaders } from '../src/common/crypto/ingest-signer.ts';
 import type { Clock, MarketLookup, MarketMeta } from '../src/common/ports.ts';
 
@@ -46,4 +50,24 @@ export function tokenFile(): { file: string; token: string; dir: string; remove(
   const file = join(dir, 'token');
   writeFileSync(file, `${token}\n`, { mode: 0o600 });
   return { file, token, dir, remove: () => removeTempDir(dir) };
+}
+
+/**
+ * In a describe: a PrivateRedis started before its tests and a client connected to it (once
+ * ready), handed to `use`; both stopped after the tests, also when `before` failed half way.
+ */
+export function privateRedisForSuite(use: (redis: PrivateRedis, client: Redis) => void): void {
+  let redis: PrivateRedis | undefined;
+  let client: Redis | undefined;
+  before(async () => {
+    redis = await PrivateRedis.start();
+    const c = createRedis(redis.url);
+    client = c;
+    await new Promise((r) => c.once('ready', r));
+    use(redis, c);
+  });
+  after(async () => {
+    client?.disconnect();
+    await redis?.stop();
+  });
 }
