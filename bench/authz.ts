@@ -20,7 +20,7 @@ import { randomBytes } from 'node:crypto';
 import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { withServiceRuntime } from '../authz/src/common/runtime-env.ts';
-import { newFeedKey } from '../authz/test/helpers.ts';
+import { newFeedKey } from '../testkit/feed.ts';
 import {
   anonymizerDbForBench, BENCH_POLICY_ENV, CHECK_PATH, geoGetRequest, ingestRequestFactory, marketIngestBody, orderRequest, type DecisionCount,
 } from './lib/authz-scenarios.ts';

@@ -25,7 +25,7 @@ import { fileURLToPath } from 'node:url';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { RedisNonceStore } from '../authz/src/common/adapters/nonce-store.ts';
 import { clientKeys, RedisBuckets } from '../authz/src/ratelimit/bucket.ts';
-import { PrivateRedis } from '../authz/test/redis-server.ts';
+import { PrivateRedis } from '../testkit/redis-server.ts';
 import { startStack, type Stack } from '../e2e/lib/stack.ts';
 import { LOCAL_RATE_LIMIT_DESCRIPTOR_CAP, type RenderOptions } from '../envoy/render.ts';
 import { writeSection } from './lib/markdown-section.ts';

@@ -21,7 +21,7 @@
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { withServiceRuntime } from '../authz/src/common/runtime-env.ts';
-import { PrivateRedis } from '../authz/test/redis-server.ts';
+import { PrivateRedis } from '../testkit/redis-server.ts';
 import { forkNode, type NodeChild } from './lib/child.ts';
 import { benchLog, envInt, machineLine, redisPid, today, workDir } from './lib/env.ts';
 import { ensureH2load, runH2load } from './lib/h2load.ts';

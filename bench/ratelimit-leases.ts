@@ -20,7 +20,7 @@ import { ALLOW } from '../authz/src/authz/decision.ts';
 import type { AuthzInput } from '../authz/src/authz/codec/request.ts';
 import { BATCH, RedisBuckets, type LeasePolicy } from '../authz/src/ratelimit/bucket.ts';
 import { createCheckLimiter, withGlobalLimit } from '../authz/src/ratelimit/check-limit.ts';
-import { PrivateRedis } from '../authz/test/redis-server.ts';
+import { PrivateRedis } from '../testkit/redis-server.ts';
 import { envInt, redisPid } from './lib/env.ts';
 import { processCpuSeconds } from './lib/proc.ts';
 import { fmt, median } from './lib/stats.ts';

@@ -1,7 +1,7 @@
 /**
  * The anonymizer rule through real Envoy 1.40 (e2e/lib/stack.ts: real Redis, the real TS service,
  * the demo mTLS order backend recording what it received). ANONYMIZER_DB is a GeoIP2 Anonymous
- * IP–layout database built at test time (authz/test/fixtures/make-anonymizer-mmdb.py); every
+ * IP–layout database built at test time (testkit/fixtures/make-anonymizer-mmdb.py); every
  * address used here is CH (allowed) in the GeoIP database, so the anonymizer rule is what decides:
  *   192.0.2.64/28 VPN · 192.0.2.80/28 hosting provider · 192.0.2.112/28 Tor exit ·
  *   2001:db8:3:b000::/52 Tor exit · 192.0.2.16/28 listed only after the update.
@@ -14,8 +14,8 @@ import { randomBytes } from 'node:crypto';
 import { copyFileSync, renameSync } from 'node:fs';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { geoFixtures, scratchDir } from '../authz/test/geo-fixtures.ts';
-import { anonymizerFixtures } from '../authz/test/anonymizer-fixtures.ts';
+import { geoFixtures, scratchDir } from '../testkit/geo-fixtures.ts';
+import { anonymizerFixtures } from '../testkit/anonymizer-fixtures.ts';
 import { startStack, type Stack } from './lib/driver.ts';
 import { errorCode, ingest, KP_IP, orderBody, request, uniqueId, type Reply } from './lib/client.ts';
 

@@ -7,7 +7,7 @@
  * The stack trusts one X-Forwarded-For hop (a load balancer in front), blocks KP, CU and IR,
  * blocks addresses with no record, and by default trusts 127.0.0.0/8: the TCP peer here, i.e.
  * the load balancer's address. Client addresses come from the fixture database
- * (authz/test/fixtures/make-mmdb.py): 192.0.2.0/25 → CH (allowed), 198.51.100.0/25 → KP.
+ * (testkit/fixtures/make-mmdb.py): 192.0.2.0/25 → CH (allowed), 198.51.100.0/25 → KP.
  */
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
@@ -19,7 +19,7 @@ import type { MethodDefinition } from '@grpc/proto-loader';
 import { loadPackageDefinition, SERVICE_NAMES } from '../proto/index.ts';
 import { RATE_LIMIT } from '../authz/src/common/contract.ts';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { geoFixtures } from '../authz/test/geo-fixtures.ts';
+import { geoFixtures } from '../testkit/geo-fixtures.ts';
 import { NONCE_TAG_HEX } from '../authz/src/common/log.ts';
 import { PAGE_CACHE_MAX_BYTES, PAGE_CACHE_MAX_ENTRIES } from '../authz/src/market/redis-store.ts';
 import { SHOWN_NAME_MAX } from '../authz/src/market/http.ts';
@@ -31,11 +31,11 @@ import { spawn } from 'node:child_process';
 import { copyFileSync, existsSync, mkdtempSync, readdirSync, readFileSync, renameSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { fileURLToPath } from 'node:url';
-import { anonymizerFixtures } from '../authz/test/anonymizer-fixtures.ts';
-import { scratchDir } from '../authz/test/geo-fixtures.ts';
-import { newFeedKey } from '../authz/test/helpers.ts';
+import { anonymizerFixtures } from '../testkit/anonymizer-fixtures.ts';
+import { scratchDir } from '../testkit/geo-fixtures.ts';
+import { newFeedKey } from '../testkit/feed.ts';
 import { forgedIngestHeaders, holdMany, holdOne, release, rssMb as processRssMb, type HeldConnection, type HeldRequest } from './lib/held-bodies.ts';
-import { freePort } from '../authz/test/redis-server.ts';
+import { freePort } from '../testkit/redis-server.ts';
 
 /**
  * Under the containers driver the client reaches Envoy through Docker's port publishing (a userland

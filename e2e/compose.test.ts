@@ -6,7 +6,7 @@
  * client port speaks TLS with the server certificate compose-setup.ts issued: this process trusts
  * its CA (pki/edge-ca.crt), as `curl --cacert` is told to.
  *
- * The GeoIP database is the test fixture (authz/test/fixtures/make-mmdb.py, documentation ranges
+ * The GeoIP database is the test fixture (testkit/fixtures/make-mmdb.py, documentation ranges
  * only): 198.51.100.0/25 is KP, 192.0.2.0/25 and 2001:db8:3::/48 are CH; its "monthly update"
  * swaps KP and CH. Compose is given XFF_NUM_TRUSTED_HOPS=1 and BLOCKED_COUNTRIES=KP (both
  * interpolated by the file), so the client address is the last X-Forwarded-For entry.
@@ -23,7 +23,7 @@ import { join } from 'node:path';
 import { connect as tlsConnect } from 'node:tls';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { parseHmacKey } from '../authz/src/common/credentials.ts';
-import { geoFixtures } from '../authz/test/geo-fixtures.ts';
+import { geoFixtures } from '../testkit/geo-fixtures.ts';
 import { COMPOSE_FILES } from '../deploy/compose-setup.ts';
 import { composeConfig, type ComposeFile } from '../deploy/test/tools.ts';
 import { signedIngest } from '../scripts/edge-client.ts';

@@ -10,7 +10,7 @@
  */
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { geoFixtures } from '../authz/test/geo-fixtures.ts';
+import { geoFixtures } from '../testkit/geo-fixtures.ts';
 import { allTargets, RATE_WINDOW } from '../deploy/grafana/dashboard.ts';
 import { startStack, type Stack } from './lib/driver.ts';
 import { allowedIp, ingest, KP_IP, orderBody, request, uniqueId } from './lib/client.ts';

@@ -21,7 +21,7 @@ import { generateDevPki } from '../scripts/dev/certs.ts';
 import { buildServiceImage } from './containers/stack.ts';
 import { SERVICE_IMAGE } from './containers/definitions.ts';
 import { containerSuite, dockerCli, dockerEngine, imageFor } from './lib/images.ts';
-import { tempDir } from '../authz/test/temp-dir.ts';
+import { tempDir } from '../testkit/temp-dir.ts';
 
 const engine = dockerEngine();
 const skip = engine.ok ? undefined : `skipped: ${engine.why}`;

@@ -27,46 +27,28 @@
  */
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { execFileSync, spawn, spawnSync, type ChildProcess } from 'node:child_process';
+import { execFileSync, spawn, spawnSync } from 'node:child_process';
 import { chmodSync, existsSync, readdirSync, readFileSync, realpathSync, rmSync, symlinkSync } from 'node:fs';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { freePort } from '../authz/test/redis-server.ts';
-import { tempDir } from '../authz/test/temp-dir.ts';
-import { geoFixtures } from '../authz/test/geo-fixtures.ts';
+import { freePort } from '../testkit/redis-server.ts';
+import { tempDir } from '../testkit/temp-dir.ts';
+import { geoFixtures } from '../testkit/geo-fixtures.ts';
 import { ROOT } from '../deploy/paths.ts';
 import { docBlock, docFiles, fences, replacing, splitBefore, withoutLines } from './lib/doc-blocks.ts';
 import { composeSkipReason, freeSubnet, interpolatedNames } from './lib/compose.ts';
 import { containerSuite, dockerCli } from './lib/images.ts';
 import { newPauseImages, podmanWith, probePodman } from './lib/pod.ts';
+import { Collected } from './lib/npm-start.ts';
 
 /** A bash whose output is collected, in its own process group (killed whole at the end). */
-class Shell {
-  out = '';
-  readonly child: ChildProcess;
-  readonly exited: Promise<number | null>;
+class Shell extends Collected {
   constructor(script: string, cwd: string, env: NodeJS.ProcessEnv) {
-    this.child = spawn('bash', ['-c', script], { cwd, env, stdio: ['ignore', 'pipe', 'pipe'], detached: true });
-    this.child.stdout?.on('data', (d: Buffer) => { this.out += d.toString(); });
-    this.child.stderr?.on('data', (d: Buffer) => { this.out += d.toString(); });
-    this.exited = new Promise((resolve) => this.child.once('exit', (code) => resolve(code)));
+    super(spawn('bash', ['-c', script], { cwd, env, stdio: ['ignore', 'pipe', 'pipe'], detached: true }));
   }
   /** `set -eo pipefail` then the block: the first failing command ends it, as a reader would stop. */
   static strict(block: string, cwd: string, env: NodeJS.ProcessEnv): Shell {
     return new Shell(`set -eo pipefail\n${block}`, cwd, env);
-  }
-  async waitFor(re: RegExp, ms: number): Promise<void> {
-    const end = Date.now() + ms;
-    while (!re.test(this.out) && Date.now() < end && this.child.exitCode === null) await sleep(50);
-    assert.match(this.out, re);
-  }
-  /** The exit code; fails the test (with the output) if it does not exit within `ms`. */
-  async exit(ms: number): Promise<number | null> {
-    const timer = new AbortController();
-    const code = await Promise.race([this.exited, sleep(ms, 'timeout', { signal: timer.signal }).catch(() => 'aborted')]);
-    timer.abort();
-    assert.notEqual(code, 'timeout', `did not exit within ${ms} ms:\n${this.out}`);
-    return code as number | null;
   }
   /** Runs to the end: exit 0 within `ms`, else the test fails with the output. */
   async ok(ms: number): Promise<string> {

@@ -10,7 +10,7 @@ import { ingestSignatureHeaders } from '../authz/src/common/crypto/ingest-signer
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { geoFixtures } from '../authz/test/geo-fixtures.ts';
+import { geoFixtures } from '../testkit/geo-fixtures.ts';
 import { issue, publishClientCert } from '../scripts/dev/certs.ts';
 import { demoDocument } from '../scripts/edge-client.ts';
 import { ACCESS_LOG_PATH_MAX } from '../envoy/render.ts';

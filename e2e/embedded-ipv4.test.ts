@@ -2,7 +2,7 @@
  * IPv6 addresses that embed an IPv4, through real Envoy 1.40 (e2e/lib/stack.ts, its private Redis,
  * so the global rate limit runs in Check): with BLOCKED_COUNTRIES=US and GEO_UNKNOWN=allow, the
  * 6to4, NAT64 (both prefixes), SIIT and Teredo forms of a US address (198.18.1.7 in the fixture
- * City database, authz/test/fixtures/make-mmdb.py) are refused 451 as that IPv4 is, although as
+ * City database, testkit/fixtures/make-mmdb.py) are refused 451 as that IPv4 is, although as
  * IPv6 they have no record (GEO_UNKNOWN=allow would let them through); /v1/geoblock says so; the
  * decision log names the form. The global bucket of an IPv4 is the one its 6to4 form draws from.
  * Client addresses come from X-Forwarded-For (one trusted hop).
@@ -10,7 +10,7 @@
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { geoFixtures } from '../authz/test/geo-fixtures.ts';
+import { geoFixtures } from '../testkit/geo-fixtures.ts';
 import { startStack, type Stack } from './lib/driver.ts';
 import { errorCode, request } from './lib/client.ts';
 import { sansPolicy } from './lib/geoblock.ts';

@@ -18,7 +18,7 @@ import { copyFileSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { tempDir } from '../authz/test/temp-dir.ts';
+import { tempDir } from '../testkit/temp-dir.ts';
 import { startStack, type Stack } from './lib/driver.ts';
 import { allowedIp, errorCode, ingest, orderBody, request, uniqueId } from './lib/client.ts';
 import { sansPolicy } from './lib/geoblock.ts';

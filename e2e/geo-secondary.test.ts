@@ -1,6 +1,6 @@
 /**
  * GEOIP_DB_SECONDARY through real Envoy 1.40 (e2e/lib/stack.ts): the fixture City database as
- * GEOIP_DB and its "monthly update" (KP and CH swapped, authz/test/fixtures/make-mmdb.py) as the
+ * GEOIP_DB and its "monthly update" (KP and CH swapped, testkit/fixtures/make-mmdb.py) as the
  * second database, BLOCKED_COUNTRIES=KP. An address the two place in different countries gets the
  * stricter tier whichever database holds it, counted by the pair; /v1/geoblock agrees.
  * Client addresses come from X-Forwarded-For (one trusted hop):
@@ -8,7 +8,7 @@
  */
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { geoFixtures } from '../authz/test/geo-fixtures.ts';
+import { geoFixtures } from '../testkit/geo-fixtures.ts';
 import { startStack, type Stack } from './lib/driver.ts';
 import { errorCode, request } from './lib/client.ts';
 import { sansPolicy } from './lib/geoblock.ts';

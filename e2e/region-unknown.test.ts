@@ -1,6 +1,6 @@
 /**
  * GEO_REGION_UNKNOWN through real Envoy 1.40 (e2e/lib/stack.ts): a City database
- * (authz/test/fixtures/make-mmdb.py), BLOCKED_REGIONS=US-NV, GEO_UNKNOWN=allow so that only the
+ * (testkit/fixtures/make-mmdb.py), BLOCKED_REGIONS=US-NV, GEO_UNKNOWN=allow so that only the
  * region rule can refuse. Client addresses come from X-Forwarded-For (one trusted hop):
  *   198.18.0.0/24 US-NV · 198.18.1.0/24 US, no subdivision · 198.18.2.0/24 US-CA.
  * Two stacks: the default (`strictest`: a US record without subdivision gets US-NV's tier, 451)
@@ -10,7 +10,7 @@
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { geoFixtures } from '../authz/test/geo-fixtures.ts';
+import { geoFixtures } from '../testkit/geo-fixtures.ts';
 import { startStack, type Stack } from './lib/driver.ts';
 import { errorCode, request } from './lib/client.ts';
 import { sansPolicy } from './lib/geoblock.ts';

@@ -9,7 +9,7 @@ import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { connect } from 'node:net';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { geoFixtures } from '../authz/test/geo-fixtures.ts';
+import { geoFixtures } from '../testkit/geo-fixtures.ts';
 import { startStack, type Stack } from './lib/driver.ts';
 import { allowedIp, errorCode, KP_IP, request, signed, type Reply } from './lib/client.ts';
 import { isoSeconds } from '../authz/src/authz/decision-log.ts';

@@ -13,30 +13,22 @@
  */
 import { describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { execFile, execFileSync, spawn, type ChildProcess } from 'node:child_process';
+import { execFile, execFileSync, spawn } from 'node:child_process';
 import { createHash, randomBytes, X509Certificate } from 'node:crypto';
 import { cpSync, existsSync, mkdirSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
-import { connect, createServer } from 'node:net';
+import { createServer } from 'node:net';
 import { once } from 'node:events';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { fileURLToPath } from 'node:url';
-import { freePort, PrivateRedis } from '../authz/test/redis-server.ts';
-import { tempDir } from '../authz/test/temp-dir.ts';
+import { freePort, PrivateRedis } from '../testkit/redis-server.ts';
+import { tempDir } from '../testkit/temp-dir.ts';
 import { docBlock as docBlockOf } from './lib/doc-blocks.ts';
+import { Collected, freshStart, keysOf, portOpen, type FreshStart } from './lib/npm-start.ts';
 
 const ROOT = fileURLToPath(new URL('../', import.meta.url));
 const NODE = join(ROOT, 'scripts', 'node');
-const PORT_SETTINGS = ['EDGE_PORT', 'AUTHZ_GRPC_PORT', 'MARKET_PORT', 'AUTHZ_ADMIN_PORT', 'ENVOY_ADMIN_PORT', 'DEV_REDIS_PORT', 'DEV_BACKEND_PORT'] as const;
-type Ports = Record<(typeof PORT_SETTINGS)[number], number>;
-
-function portOpen(port: number): Promise<boolean> {
-  return new Promise((resolve) => {
-    const sock = connect(port, '127.0.0.1', () => { sock.destroy(); resolve(true); });
-    sock.on('error', () => resolve(false));
-  });
-}
 
 /** Processes of a stack: their command line or environment names its run directory. */
 function stackProcesses(runDir: string): { pid: number; cmd: string }[] {
@@ -52,49 +44,19 @@ function stackProcesses(runDir: string): { pid: number; cmd: string }[] {
   return out;
 }
 
-interface Fresh { readonly runDir: string; readonly ports: Ports; readonly env: Record<string, string> }
+type Fresh = FreshStart;
 
-async function fresh(extra: Record<string, string> = {}): Promise<Fresh> {
-  const runDir = tempDir('edge-start-');
-  const ports = Object.fromEntries(await Promise.all(PORT_SETTINGS.map(async (k) => [k, await freePort()] as const))) as Ports;
-  const env: Record<string, string> = { ...process.env as Record<string, string>, DEV_RUN_DIR: runDir, LOG_LEVEL: 'warn', SHUTDOWN_GRACE_MS: '1000' };
-  for (const k of ['REDIS_URL', 'ORDER_BACKEND_URL', 'EDGE_INGEST_HMAC', 'EDGE_INGEST_HMAC_PREVIOUS', 'EDGE_FEED_ED25519_PUBLIC_KEY', 'EDGE_FEED_ED25519_KEY', 'GEOIP_DB', 'NODE_TEST_CONTEXT']) delete env[k];
-  for (const [k, v] of Object.entries(ports)) env[k] = String(v);
-  return { runDir, ports, env: { ...env, ...extra } };
+function fresh(extra: Record<string, string> = {}): Promise<Fresh> {
+  return freshStart({ extra: { SHUTDOWN_GRACE_MS: '1000', ...extra } });
 }
 
-/** A process whose output is collected; its own process group (so the group can be signalled). */
-class Proc {
-  out = '';
-  readonly exited: Promise<number | null>;
-  readonly child: ChildProcess;
-  constructor(child: ChildProcess) {
-    this.child = child;
-    child.stdout?.on('data', (d: Buffer) => { this.out += d.toString(); });
-    child.stderr?.on('data', (d: Buffer) => { this.out += d.toString(); });
-    this.exited = new Promise((resolve) => child.once('exit', (code) => resolve(code)));
-  }
+/** A process of these tests: its own process group (so the group can be signalled). */
+class Proc extends Collected {
   static npm(env: Record<string, string>, args: string[] = ['npm', 'start']): Proc {
     return new Proc(spawn(args[0]!, args.slice(1), { cwd: ROOT, env, stdio: ['ignore', 'pipe', 'pipe'], detached: true }));
   }
   static bash(script: string, env: Record<string, string>): Proc {
     return new Proc(spawn('bash', ['-c', script], { cwd: ROOT, env, stdio: ['ignore', 'pipe', 'pipe'], detached: true }));
-  }
-  async waitFor(re: RegExp, ms: number): Promise<void> {
-    const end = Date.now() + ms;
-    while (!re.test(this.out) && Date.now() < end && this.child.exitCode === null) await sleep(50);
-    assert.match(this.out, re);
-  }
-  async exit(ms: number): Promise<number | null> {
-    const timer = new AbortController();
-    const code = await Promise.race([this.exited, sleep(ms, 'timeout', { signal: timer.signal }).catch(() => 'aborted')]);
-    timer.abort();
-    assert.notEqual(code, 'timeout', `did not exit within ${ms} ms:\n${this.out}`);
-    return code as number | null;
-  }
-  /** The lines our scripts printed (npm's banner and warnings left out). */
-  lines(): string[] {
-    return this.out.split('\n').filter((l) => l !== '' && !l.startsWith('> ') && !/^npm (warn|error|notice)/.test(l));
   }
 }
 
@@ -118,9 +80,6 @@ function cleanUp(f: Fresh): void {
   }
   rmSync(f.runDir, { recursive: true, force: true });
 }
-
-const keysOf = (file: string): Record<string, string> => Object.fromEntries(readFileSync(file, 'utf8').split('\n')
-  .filter((l) => /^[A-Z0-9_]+=/.test(l)).map((l) => [l.slice(0, l.indexOf('=')), l.slice(l.indexOf('=') + 1)]));
 
 /** scripts/edge-client.ts with these keys: its output (`<status> <body>`), whatever the status. */
 async function client(f: Fresh, keys: Record<string, string>, ...args: string[]): Promise<{ stdout: string }> {

@@ -9,16 +9,12 @@
  */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { setTimeout as sleep } from 'node:timers/promises';
-import { fileURLToPath } from 'node:url';
-import { freePort } from '../authz/test/redis-server.ts';
-import { removeTempDir, tempDir } from '../authz/test/temp-dir.ts';
+import { freePort } from '../testkit/redis-server.ts';
+import { removeTempDir, tempDir } from '../testkit/temp-dir.ts';
 import { renderNpmStart, RUN_DIR } from '../envoy/golden.ts';
-
-const ROOT = fileURLToPath(new URL('../', import.meta.url));
+import { startScript } from './lib/npm-start.ts';
 
 /** The port settings npm start listens on or renders, with their defaults (README "Ports and addresses", DEV_*). */
 const DEFAULT_PORTS = {
@@ -44,29 +40,21 @@ test('npm start with no settings renders the npm-start golden profile (run direc
     env[name] = String(port);
     ports.set(port, def);
   }
-  const child = spawn(join(ROOT, 'scripts', 'node'), [join(ROOT, 'scripts/start.ts')], { cwd: ROOT, env, stdio: ['ignore', 'pipe', 'pipe'] });
-  let out = '';
-  child.stdout.on('data', (d: Buffer) => { out += d.toString(); });
-  child.stderr.on('data', (d: Buffer) => { out += d.toString(); });
-  const exited = new Promise<number | null>((resolve) => child.once('exit', (code) => resolve(code)));
+  const stack = startScript(env);
   try {
-    for (let i = 0; i < 900 && !out.includes('READY') && child.exitCode === null; i++) await sleep(100);
-    assert.match(out, /READY/, out);
+    await stack.waitFor(/READY/, 90_000);
     const golden = renderNpmStart();
     for (const file of ['envoy.yaml', 'sds.yaml']) {
       const rendered = normalized(readFileSync(join(run, file), 'utf8'), run, ports);
       const lines = [rendered.split('\n'), (golden[file] ?? '').split('\n')] as const;
       const at = lines[0].findIndex((l, i) => l !== lines[1][i]);
       assert.ok(rendered === golden[file], `${file}: npm start wrote something else than envoy/golden.ts's npm-start profile, first at line ${at + 1}:\n`
-        + `  npm start:  ${lines[0][at] ?? '(end)'}\n  golden.ts:  ${lines[1][at] ?? '(end)'}\n(make envoy/golden.ts's npmStartEnv follow scripts/start.ts, then npm run render:golden)\n${out}`);
+        + `  npm start:  ${lines[0][at] ?? '(end)'}\n  golden.ts:  ${lines[1][at] ?? '(end)'}\n(make envoy/golden.ts's npmStartEnv follow scripts/start.ts, then npm run render:golden)\n${stack.out}`);
     }
     assert.equal(golden['sds-server-cert.yaml'], undefined);
   } finally {
-    child.kill('SIGINT');
+    await stack.stop();
   }
-  const timer = new AbortController();
-  const code = await Promise.race([exited, sleep(30_000, 'timeout', { signal: timer.signal }).catch(() => 'aborted')]);
-  timer.abort();
-  assert.equal(code, 0, out);
+  assert.equal(stack.code, 0, stack.out);
   removeTempDir(run);
 });

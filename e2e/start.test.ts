@@ -7,26 +7,17 @@
  */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { execFile, spawn } from 'node:child_process';
+import { execFile } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { readdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
-import { connect } from 'node:net';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { fileURLToPath } from 'node:url';
-import { freePort } from '../authz/test/redis-server.ts';
-import { tempDir } from '../authz/test/temp-dir.ts';
+import { freshStart, keysOf, portOpen, startScript } from './lib/npm-start.ts';
 
 const ROOT = fileURLToPath(new URL('../', import.meta.url));
 const NODE = join(ROOT, 'scripts', 'node');
-
-function portOpen(port: number): Promise<boolean> {
-  return new Promise((resolve) => {
-    const sock = connect(port, '127.0.0.1', () => { sock.destroy(); resolve(true); });
-    sock.on('error', () => resolve(false));
-  });
-}
 
 /** Processes whose command line mentions `needle`, with their environment. */
 function processesMentioning(needle: string): { pid: number; cmd: string; env: string }[] {
@@ -42,33 +33,21 @@ function processesMentioning(needle: string): { pid: number; cmd: string; env: s
 }
 
 test('npm start: ready on /healthz, the banner\'s ingest and order work, Ctrl-C stops every process; no process has the HMAC key in its environment', { timeout: 120_000 }, async () => {
-  const runDir = tempDir('edge-start-');
-  const ports = {
-    EDGE_PORT: await freePort(), AUTHZ_GRPC_PORT: await freePort(), MARKET_PORT: await freePort(),
-    AUTHZ_ADMIN_PORT: await freePort(), ENVOY_ADMIN_PORT: await freePort(), DEV_REDIS_PORT: await freePort(), DEV_BACKEND_PORT: await freePort(),
-  };
-  const env: Record<string, string> = { ...process.env as Record<string, string>, DEV_RUN_DIR: runDir, LOG_LEVEL: 'warn' };
-  for (const k of ['REDIS_URL', 'ORDER_BACKEND_URL', 'EDGE_INGEST_HMAC', 'EDGE_FEED_ED25519_PUBLIC_KEY', 'EDGE_FEED_ED25519_KEY']) delete env[k];
-  for (const [k, v] of Object.entries(ports)) env[k] = String(v);
-  const child = spawn(NODE, [join(ROOT, 'scripts/start.ts')], { cwd: ROOT, env, stdio: ['ignore', 'pipe', 'pipe'] });
-  let out = '';
-  child.stdout.on('data', (d: Buffer) => { out += d.toString(); });
-  child.stderr.on('data', (d: Buffer) => { out += d.toString(); });
-  const exited = new Promise<number | null>((resolve) => child.once('exit', (code) => resolve(code)));
+  const { runDir, ports, env } = await freshStart();
+  const stack = startScript(env);
   try {
-    for (let i = 0; i < 600 && !out.includes('READY'); i++) await sleep(100);
-    assert.match(out, /READY/, out);
+    await stack.waitFor(/READY/, 60_000);
     const edge = `http://127.0.0.1:${ports.EDGE_PORT}`;
     assert.equal((await fetch(`${edge}/healthz`)).status, 200);
 
     // The banner's lines, as printed: the keys file, then the client with EDGE_PORT.
-    const keysLine = /set -a; \. '([^']+)'; set \+a/.exec(out);
-    assert.ok(keysLine, `the banner names the keys file:\n${out}`);
+    const keysLine = /set -a; \. '([^']+)'; set \+a/.exec(stack.out);
+    assert.ok(keysLine, `the banner names the keys file:\n${stack.out}`);
     assert.equal(keysLine[1], join(runDir, 'dev.env'));
-    assert.match(out, new RegExp(`EDGE_PORT=${ports.EDGE_PORT} scripts/node scripts/edge-client.ts demo-ingest 0xdemo`));
+    assert.match(stack.out, new RegExp(`EDGE_PORT=${ports.EDGE_PORT} scripts/node scripts/edge-client.ts demo-ingest 0xdemo`));
     // No INGEST_PORT: ingest stays on the client port, and the banner says so.
-    assert.match(out, new RegExp(`ingest +${edge}/internal/ingest/market +\\(the client port: INGEST_PORT unset\\)`));
-    const keys = Object.fromEntries(readFileSync(keysLine[1], 'utf8').split('\n').filter((l) => /^[A-Z0-9_]+=/.test(l)).map((l) => [l.slice(0, l.indexOf('=')), l.slice(l.indexOf('=') + 1)]));
+    assert.match(stack.out, new RegExp(`ingest +${edge}/internal/ingest/market +\\(the client port: INGEST_PORT unset\\)`));
+    const keys = keysOf(keysLine[1]);
     const clientEnv = { ...env, ...keys, EDGE_PORT: String(ports.EDGE_PORT) };
     const client = (...args: string[]) => promisify(execFile)(NODE, [join(ROOT, 'scripts/edge-client.ts'), ...args], { cwd: ROOT, env: clientEnv });
     const ing = await client('demo-ingest', '0xdemo');
@@ -76,8 +55,8 @@ test('npm start: ready on /healthz, the banner\'s ingest and order work, Ctrl-C 
     const markets = await (await fetch(`${edge}/v1/markets?conditionId=0xdemo`)).json() as { markets: unknown[] };
     assert.equal(markets.markets.length, 1);
     // The banner's example order file is under the run directory (not a shared /tmp path).
-    const orderLine = /head -c 64 \/dev\/urandom > '([^']+)'\n.*edge-client\.ts order 0xdemo 10 '([^']+)'/.exec(out);
-    assert.ok(orderLine, `the banner names the order file:\n${out}`);
+    const orderLine = /head -c 64 \/dev\/urandom > '([^']+)'\n.*edge-client\.ts order 0xdemo 10 '([^']+)'/.exec(stack.out);
+    assert.ok(orderLine, `the banner names the order file:\n${stack.out}`);
     const orderFile = orderLine[1]!;
     assert.equal(orderFile, join(runDir, 'order.bin'));
     assert.equal(orderLine[2], orderFile);
@@ -106,13 +85,10 @@ test('npm start: ready on /healthz, the banner\'s ingest and order work, Ctrl-C 
     assert.ok(!authz[0]!.env.includes(hmacHex), 'the HMAC key is not in the TS service\'s environment');
     assert.equal(statSync(join(runDir, 'secrets/edge_ingest_hmac')).mode & 0o777, 0o600);
   } finally {
-    child.kill('SIGINT');
+    await stack.stop();
   }
-  const timer = new AbortController();
-  const code = await Promise.race([exited, sleep(30_000, 'timeout', { signal: timer.signal }).catch(() => 'aborted')]);
-  timer.abort();
-  assert.equal(code, 0, out);
-  assert.match(out, /start: stopped/);
+  assert.equal(stack.code, 0, stack.out);
+  assert.match(stack.out, /start: stopped/);
   // Nothing of the stack is left: no process mentions the run directory, and the ports are free.
   await sleep(200);
   assert.deepEqual(processesMentioning(runDir).map((p) => p.cmd), []);

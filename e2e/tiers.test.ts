@@ -2,14 +2,14 @@
  * Jurisdiction tiers and GET /v1/geoblock through real Envoy 1.40 (e2e/lib/stack.ts): real Redis,
  * the real TS service, the demo mTLS order backend recording what it received. Client addresses
  * come from X-Forwarded-For (one trusted hop) in the generated GeoIP database
- * (authz/test/fixtures/make-mmdb.py):
+ * (testkit/fixtures/make-mmdb.py):
  *   198.51.100.128/25 CU · 203.0.113.64/26 CA-QC · 2001:db8:5::/48 UA-43 · 2001:db8:6::/48 UA-32 ·
  *   198.51.100.0/25 KP · 2001:db8:3::/48 CH · 192.0.2.192/26 no record.
  */
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
-import { geoFixtures } from '../authz/test/geo-fixtures.ts';
+import { geoFixtures } from '../testkit/geo-fixtures.ts';
 import { startStack, type Stack } from './lib/driver.ts';
 import { allowedIp, errorCode, ingest, orderBody, request, uniqueId } from './lib/client.ts';
 import { SHADOW_MSG } from '../authz/src/authz/shadow.ts';

@@ -10,15 +10,14 @@
  */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { execFile, spawn, spawnSync } from 'node:child_process';
+import { execFile, spawnSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { existsSync, lstatSync, mkdirSync, readdirSync, readFileSync, readlinkSync, writeFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { promisify } from 'node:util';
-import { setTimeout as sleep } from 'node:timers/promises';
 import { fileURLToPath } from 'node:url';
-import { freePort } from '../authz/test/redis-server.ts';
-import { removeTempDir, tempDir } from '../authz/test/temp-dir.ts';
+import { removeTempDir, tempDir } from '../testkit/temp-dir.ts';
+import { freshStart, keysOf, startScript } from './lib/npm-start.ts';
 
 const ROOT = fileURLToPath(new URL('../', import.meta.url));
 const NODE = join(ROOT, 'scripts', 'node');
@@ -93,24 +92,16 @@ for (const workers of [1, 2]) {
     assert.equal(py.status, 0, String(py.stderr));
     assert.ok(lstatSync(sockets.authz).isSocket());
 
-    const ports = {
-      EDGE_PORT: await freePort(), AUTHZ_ADMIN_PORT: await freePort(), ENVOY_ADMIN_PORT: await freePort(),
-      DEV_REDIS_PORT: await freePort(), DEV_BACKEND_PORT: await freePort(),
-    };
-    const env: Record<string, string> = { ...process.env as Record<string, string>, DEV_RUN_DIR: runDir, LOG_LEVEL: 'warn', AUTHZ_WORKERS: String(workers) };
-    for (const k of ['REDIS_URL', 'ORDER_BACKEND_URL', 'EDGE_INGEST_HMAC', 'EDGE_FEED_ED25519_PUBLIC_KEY', 'EDGE_FEED_ED25519_KEY',
-      'AUTHZ_GRPC_PORT', 'MARKET_PORT', 'AUTHZ_GRPC_SOCKET', 'MARKET_SOCKET', 'AUTHZ_ADDRESS', 'MARKET_ADDRESS', 'RATELIMIT_SERVICE_ADDRESS']) delete env[k];
-    for (const [k, v] of Object.entries(ports)) env[k] = String(v);
-    const child = spawn(NODE, [join(ROOT, 'scripts/start.ts')], { cwd: ROOT, env, stdio: ['ignore', 'pipe', 'pipe'] });
-    let out = '';
-    child.stdout.on('data', (d: Buffer) => { out += d.toString(); });
-    child.stderr.on('data', (d: Buffer) => { out += d.toString(); });
-    const exited = new Promise<number | null>((resolve) => child.once('exit', (code) => resolve(code)));
+    const { ports, env } = await freshStart({
+      ports: ['EDGE_PORT', 'AUTHZ_ADMIN_PORT', 'ENVOY_ADMIN_PORT', 'DEV_REDIS_PORT', 'DEV_BACKEND_PORT'], runDir,
+      unset: ['AUTHZ_GRPC_PORT', 'MARKET_PORT', 'AUTHZ_GRPC_SOCKET', 'MARKET_SOCKET', 'AUTHZ_ADDRESS', 'MARKET_ADDRESS', 'RATELIMIT_SERVICE_ADDRESS'],
+      extra: { AUTHZ_WORKERS: String(workers) },
+    });
+    const stack = startScript(env);
     try {
-      for (let i = 0; i < 900 && !out.includes('READY'); i++) await sleep(100);
-      assert.match(out, /READY/, out);
-      assert.match(out, /removed a stale socket file/, 'the crashed run\'s socket was found and replaced');
-      assert.match(out, new RegExp(`authz gRPC +${sockets.authz} +\\(\\.venv/bin/grpcurl -plaintext -unix ${sockets.authz} list\\)`));
+      await stack.waitFor(/READY/, 90_000);
+      assert.match(stack.out, /removed a stale socket file/, 'the crashed run\'s socket was found and replaced');
+      assert.match(stack.out, new RegExp(`authz gRPC +${sockets.authz} +\\(\\.venv/bin/grpcurl -plaintext -unix ${sockets.authz} list\\)`));
       for (const path of Object.values(sockets)) {
         const st = lstatSync(path);
         assert.ok(st.isSocket(), path);
@@ -118,8 +109,7 @@ for (const workers of [1, 2]) {
       }
 
       const edge = `http://127.0.0.1:${ports.EDGE_PORT}`;
-      const keys = Object.fromEntries(readFileSync(join(runDir, 'dev.env'), 'utf8').split('\n').filter((l) => /^[A-Z0-9_]+=/.test(l))
-        .map((l) => [l.slice(0, l.indexOf('=')), l.slice(l.indexOf('=') + 1)]));
+      const keys = keysOf(join(runDir, 'dev.env'));
       const client = (...args: string[]) => promisify(execFile)(NODE, [join(ROOT, 'scripts/edge-client.ts'), ...args], {
         cwd: ROOT, env: { ...env, ...keys, EDGE_PORT: String(ports.EDGE_PORT) },
       });
@@ -142,7 +132,7 @@ for (const workers of [1, 2]) {
         const rq = new RegExp(`^${cluster}::${path.replaceAll('.', '\\.')}::rq_total::(\\d+)$`, 'm').exec(clusters);
         assert.ok(rq !== null && Number(rq[1]) >= (cluster === 'authz' ? 4 : 2), `${cluster} requests on ${path}:\n${clusters.split('\n').filter((l) => l.startsWith(`${cluster}::`)).join('\n')}`);
       }
-      assert.match(out, new RegExp(`"upstream_host":"${sockets.market.replaceAll('.', '\\.')}"`), 'the access log names the market socket');
+      assert.match(stack.out, new RegExp(`"upstream_host":"${sockets.market.replaceAll('.', '\\.')}"`), 'the access log names the market socket');
 
       // The TS service's listeners: TCP only on the admin port; the two sockets on Unix.
       const pids = tsPids(runDir);
@@ -150,12 +140,9 @@ for (const workers of [1, 2]) {
       assert.deepEqual(listeningTcpPorts(pids), [ports.AUTHZ_ADMIN_PORT], 'no TCP listener for ext_authz or the market service');
       assert.deepEqual(listeningUnixPaths(pids), [sockets.authz, sockets.market].sort());
     } finally {
-      child.kill('SIGINT');
+      await stack.stop();
     }
-    const timer = new AbortController();
-    const code = await Promise.race([exited, sleep(30_000, 'timeout', { signal: timer.signal }).catch(() => 'aborted')]);
-    timer.abort();
-    assert.equal(code, 0, out);
+    assert.equal(stack.code, 0, stack.out);
     for (const path of Object.values(sockets)) assert.equal(existsSync(path), false, `${path} is removed at exit`);
     removeTempDir(runDir);
   });

@@ -13,7 +13,7 @@
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { geoFixtures } from '../authz/test/geo-fixtures.ts';
+import { geoFixtures } from '../testkit/geo-fixtures.ts';
 import { ROWS, RATE_WINDOW, type Panel } from '../deploy/grafana/dashboard.ts';
 import { ROOT } from '../deploy/paths.ts';
 import { startStack, type Stack } from '../e2e/lib/driver.ts';

@@ -74,7 +74,7 @@ if (only !== 'faults') {
   const md = `Written by \`npm run reliability\` (scripts/reliability.ts; \`RELIABILITY_ONLY=scale\` runs this section alone) on ${new Date().toISOString().slice(0, 10)}, ${Math.round((Date.now() - started) / 1000)} s.
 ${machine}
 Method: rows 9–11 run the stack of "Faults under load" with REDIS_URL=redis+sentinel:// on a master, two replicas and
-three Sentinels of their own (authz/test/sentinel.ts, e2e/reliability/failover.ts; short variant: e2e/failover.test.ts);
+three Sentinels of their own (testkit/sentinel.ts, e2e/reliability/failover.ts; short variant: e2e/failover.test.ts);
 row 10 must lose acknowledgements, or the procedure would prove nothing. Row 12 runs two complete edges (two Envoys,
 two TS services) on one redis-server, a client alternating between them (e2e/reliability/global-rate-limit.ts; short
 variant: e2e/global-rate-limit.test.ts). Every row's rule is asserted; a violated rule fails the run.

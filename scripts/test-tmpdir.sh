@@ -2,7 +2,7 @@
 # Runs a command (`npm test` runs every suite through it) with TMPDIR a fresh directory of its own,
 # under the caller's TMPDIR or /tmp, so what lands there is this run's alone (other runs on the
 # same machine have theirs). The tests remove every temporary directory they make
-# (authz/test/temp-dir.ts), several holding key material; whatever is left at the end is listed,
+# (testkit/temp-dir.ts), several holding key material; whatever is left at the end is listed,
 # removed, and fails the run. With E2E_KEEP set it is kept for a look instead.
 #   bash scripts/test-tmpdir.sh <command> [args…]
 set -uo pipefail

@@ -13,7 +13,7 @@ import { createHash, randomBytes } from 'node:crypto';
 import { chmodSync, mkdirSync, readFileSync, rmSync, statSync, symlinkSync, writeFileSync } from 'node:fs';
 import type { AddressInfo } from 'node:net';
 import { join } from 'node:path';
-import { tempDir } from './temp-dir.ts';
+import { tempDir } from '../../testkit/temp-dir.ts';
 import { Writable } from 'node:stream';
 import { Registry } from 'prom-client';
 import { createAdminServer } from '../src/admin.ts';

@@ -1,7 +1,7 @@
 /**
  * ANONYMIZER_MIN_CONFIDENCE and GeoIP Anonymous Plus (docs/api.md "Anonymizers"): which flagged
  * addresses count, the databases it accepts, and the provider name in the decision log, on the
- * Anonymous Plus-layout test database (fixtures/make-anonymizer-mmdb.py: 192.0.2.64/28 a VPN with
+ * Anonymous Plus-layout test database (testkit/fixtures/make-anonymizer-mmdb.py: 192.0.2.64/28 a VPN with
  * anonymizer_confidence 30 and provider_name "foo", 192.0.2.48/28 a residential proxy with 99).
  */
 import { after, test } from 'node:test';
@@ -9,8 +9,8 @@ import assert from 'node:assert/strict';
 import { AnonymizerDatabase } from '../src/common/adapters/anonymizer.ts';
 import { GeoDatabase } from '../src/common/adapters/geoip.ts';
 import { ConfigError, KNOWN_SETTINGS, loadConfig } from '../src/common/config.ts';
-import { anonymizerFixtures } from './anonymizer-fixtures.ts';
-import { geoFixtures } from './geo-fixtures.ts';
+import { anonymizerFixtures } from '../../testkit/anonymizer-fixtures.ts';
+import { geoFixtures } from '../../testkit/geo-fixtures.ts';
 import { startFixture } from './server-fixture.ts';
 import { fakeMarkets } from './helpers.ts';
 

@@ -2,7 +2,7 @@
  * The anonymizer database (ANONYMIZER_DB; docs/api.md "Anonymizers"): the GeoIP2 Anonymous IP
  * layout read flag by flag, checked against what the fixture script wrote, and a replaced file
  * swapped in (a corrupt one refused, the old answers kept). Test databases come from
- * fixtures/make-anonymizer-mmdb.py, generated at test time.
+ * testkit/fixtures/make-anonymizer-mmdb.py, generated at test time.
  */
 import { after, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
@@ -17,11 +17,12 @@ import { HmacSha256Key } from '../src/common/crypto/hmac.ts';
 import { geoDenial } from '../src/authz/decision.ts';
 import { evaluate, type PipelineDeps } from '../src/authz/pipeline.ts';
 import { createGeoClassifier } from '../src/authz/stages/geo.ts';
-import { fakeMarkets, fixedClock, HMAC_KEY, newFeedKey } from './helpers.ts';
+import { fakeMarkets, fixedClock, HMAC_KEY } from './helpers.ts';
+import { newFeedKey } from '../../testkit/feed.ts';
 import fc from 'fast-check';
 import { ANONYMIZER_FLAGS } from '../src/common/ports.ts';
-import { anonymizerFixtures } from './anonymizer-fixtures.ts';
-import { geoFixtures, scratchDir } from './geo-fixtures.ts';
+import { anonymizerFixtures } from '../../testkit/anonymizer-fixtures.ts';
+import { geoFixtures, scratchDir } from '../../testkit/geo-fixtures.ts';
 
 const fx = anonymizerFixtures();
 const opened: AnonymizerDatabase[] = [];

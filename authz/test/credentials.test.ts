@@ -10,8 +10,8 @@ import nacl from 'tweetnacl';
 import { ConfigError, type Env } from '../src/common/config.ts';
 import { loadCredentials, parseHmacKey, publicKeyFromPrivate } from '../src/common/credentials.ts';
 import { decodeStrictBase64 } from '../src/common/rules.ts';
-import { newFeedKey } from './helpers.ts';
-import { withTempDir } from './temp-dir.ts';
+import { newFeedKey } from '../../testkit/feed.ts';
+import { withTempDir } from '../../testkit/temp-dir.ts';
 
 const KEY32 = Buffer.from('0102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f20', 'hex');
 const KEY48 = Buffer.from(Array.from({ length: 48 }, (_, i) => (i * 37 + 11) & 0xff));

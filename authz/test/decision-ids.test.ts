@@ -23,7 +23,9 @@ import { MemoryMarketStore } from '../src/market/store.ts';
 import { GEO_TRUSTED, geoResult } from '../src/authz/stages/geo.ts';
 import type { AuthzInput } from '../src/authz/codec/request.ts';
 import { startFixture, type Fixture } from './server-fixture.ts';
-import { checkRequestObject, fakeMarkets, hmacHeaders, ingestBody, marketDoc, outcomeOf } from './helpers.ts';
+import { checkRequestObject, outcomeOf } from '../../testkit/check-request.ts';
+import { fakeMarkets, hmacHeaders } from './helpers.ts';
+import { ingestBody, marketDoc } from '../../testkit/feed.ts';
 
 const pd = loadPackageDefinition();
 const checkDef = (pd[SERVICE_NAMES.authorization] as Record<string, MethodDefinition<object, object>>)['Check']!;

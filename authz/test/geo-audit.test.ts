@@ -10,8 +10,8 @@ import { execFile } from 'node:child_process';
 import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { geoFixtures, scratchDir } from './geo-fixtures.ts';
-import { anonymizerFixtures } from './anonymizer-fixtures.ts';
+import { geoFixtures, scratchDir } from '../../testkit/geo-fixtures.ts';
+import { anonymizerFixtures } from '../../testkit/anonymizer-fixtures.ts';
 import { ServiceChild } from './service-child.ts';
 import { HEADER } from '../src/common/contract.ts';
 

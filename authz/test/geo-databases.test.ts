@@ -4,8 +4,8 @@
  * anonymizer flags in every record, subdivisions when a region rule is in force; refused at start
  * (a ConfigError naming the setting and the type) and on reload (the old database kept,
  * onReload(false)). And which country a record gives (`represented_country` judged beside
- * `country`, docs/api.md "Which country a record gives"). Databases from fixtures/make-mmdb.py and
- * fixtures/make-anonymizer-mmdb.py, generated at test time.
+ * `country`, docs/api.md "Which country a record gives"). Databases from testkit/fixtures/make-mmdb.py and
+ * testkit/fixtures/make-anonymizer-mmdb.py, generated at test time.
  */
 import { after, test } from 'node:test';
 import assert from 'node:assert/strict';
@@ -24,10 +24,10 @@ import { ConfigError, DEFAULT_GEOIP_DB, loadConfig } from '../src/common/config.
 import { JURISDICTION_NONE } from '../src/common/contract.ts';
 import { createGeoClassifier, type GeoPolicy } from '../src/authz/stages/geo.ts';
 import { checkDatabases } from '../src/common/adapters/databases.ts';
-import { anonymizerFixtures } from './anonymizer-fixtures.ts';
-import { geoFixtures, scratchDir } from './geo-fixtures.ts';
-import { newFeedKey } from './helpers.ts';
-import { freePort } from './redis-server.ts';
+import { anonymizerFixtures } from '../../testkit/anonymizer-fixtures.ts';
+import { geoFixtures, scratchDir } from '../../testkit/geo-fixtures.ts';
+import { newFeedKey } from '../../testkit/feed.ts';
+import { freePort } from '../../testkit/redis-server.ts';
 
 const geo = geoFixtures();
 const anon = anonymizerFixtures();

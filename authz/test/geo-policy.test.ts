@@ -19,8 +19,8 @@ import { createMetrics } from '../src/common/metrics.ts';
 import { HEADER } from '../src/common/contract.ts';
 import { parsePolicy, PolicyRefused, policyWarnings, settingsPolicy, type ParseContext } from '../src/common/geo-policy-file.ts';
 import { LiveGeoPolicy } from '../src/authz/geo-policy.ts';
-import { geoFixtures } from './geo-fixtures.ts';
-import { tempDir } from './temp-dir.ts';
+import { geoFixtures } from '../../testkit/geo-fixtures.ts';
+import { tempDir } from '../../testkit/temp-dir.ts';
 
 const VENUE = fileURLToPath(new URL('../../deploy/policy/venue-example.yaml', import.meta.url));
 const CTX: ParseContext = { anonymizerDb: false, anonymizerDefaults: { flags: ['is_anonymous_vpn'], actions: { order: 'block', ingest: 'block', read: 'allow', geoblock: 'allow' } } };

@@ -16,7 +16,7 @@ import { createLogger } from '../src/common/log.ts';
 import { createMetrics } from '../src/common/metrics.ts';
 import { createGeoClassifier } from '../src/authz/stages/geo.ts';
 import { secondaryGeo } from '../src/authz/geo-secondary.ts';
-import { geoFixtures } from './geo-fixtures.ts';
+import { geoFixtures } from '../../testkit/geo-fixtures.ts';
 
 const fx = geoFixtures();
 // The update has no record for 203.0.113.130, the original database says CH (geo-secondary.test.ts).

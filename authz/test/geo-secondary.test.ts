@@ -15,7 +15,7 @@ import { createLogger } from '../src/common/log.ts';
 import { createMetrics } from '../src/common/metrics.ts';
 import { createGeoClassifier } from '../src/authz/stages/geo.ts';
 import { pairLabel, ruledCountries, secondaryGeo } from '../src/authz/geo-secondary.ts';
-import { geoFixtures } from './geo-fixtures.ts';
+import { geoFixtures } from '../../testkit/geo-fixtures.ts';
 
 const fx = geoFixtures();
 const primary = new GeoDatabase(fx.geoip2);

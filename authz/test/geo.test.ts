@@ -1,7 +1,7 @@
 /**
  * Geo (docs/api.md "Client address, geo and rate limit"): both MaxMind record layouts, the classifier's verdicts, the shipped
  * default database, reload/watch of a replaced file, and the one uniform 451 denial.
- * Test databases come from fixtures/make-mmdb.py (documentation ranges only), generated
+ * Test databases come from testkit/fixtures/make-mmdb.py (documentation ranges only), generated
  * into a temporary directory at test time.
  */
 import { HmacSha256Key } from '../src/common/crypto/hmac.ts';
@@ -20,8 +20,9 @@ import { encodeDecision, type Serialize } from '../src/authz/codec/response.ts';
 import { evaluate, type PipelineDeps } from '../src/authz/pipeline.ts';
 import type { GeoLookup, GeoRecord } from '../src/common/ports.ts';
 import { createGeoClassifier, normalizeIp, type GeoPolicy, type GeoVerdict } from '../src/authz/stages/geo.ts';
-import { geoFixtures, scratchDir } from './geo-fixtures.ts';
-import { fakeMarkets, fixedClock, HMAC_KEY, newFeedKey } from './helpers.ts';
+import { geoFixtures, scratchDir } from '../../testkit/geo-fixtures.ts';
+import { fakeMarkets, fixedClock, HMAC_KEY } from './helpers.ts';
+import { newFeedKey } from '../../testkit/feed.ts';
 
 const fx = geoFixtures();
 const opened: GeoDatabase[] = [];

@@ -8,9 +8,9 @@ import { fileURLToPath } from 'node:url';
 import { DEFAULT_GEOIP_DB } from '../src/common/config.ts';
 import { defaultGeoipWarning, DEFAULT_GEOIP_PRODUCTION_WARNING, GEOIP_STALE_DAYS, geoipBuildEpochSecs, staleGeoipWarning } from '../src/common/geoip-default.ts';
 import { parse } from 'yaml';
-import { geoFixtures } from './geo-fixtures.ts';
+import { geoFixtures } from '../../testkit/geo-fixtures.ts';
 import { ServiceChild } from './service-child.ts';
-import { withTempDir } from './temp-dir.ts';
+import { withTempDir } from '../../testkit/temp-dir.ts';
 
 const ROOT = fileURLToPath(new URL('../../', import.meta.url));
 

@@ -12,8 +12,9 @@ import type { MethodDefinition } from '@grpc/proto-loader';
 import { loadPackageDefinition, SERVICE_NAMES } from '../../proto/index.ts';
 import { encodeDecision } from '../src/authz/codec/response.ts';
 import { startFixture, type Fixture } from './server-fixture.ts';
-import { PrivateRedis } from './redis-server.ts';
-import { fakeMarkets, hmacHeaders, ingestBody, marketDoc } from './helpers.ts';
+import { PrivateRedis } from '../../testkit/redis-server.ts';
+import { fakeMarkets, hmacHeaders } from './helpers.ts';
+import { ingestBody, marketDoc } from '../../testkit/feed.ts';
 
 const now = () => Math.floor(Date.now() / 1000);
 const MARKET = { conditionId: '0xmarket1', seq: 1, active: true, closed: false, minSize: '5', maxSize: '1000' };

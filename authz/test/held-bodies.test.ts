@@ -17,7 +17,9 @@ import { ConfigError, configWarnings, loadConfig, type Env } from '../src/common
 import { createPendingBodies } from '../src/authz/pending-bodies.ts';
 import { pendingDenial, routeLabel } from '../src/authz/pipeline.ts';
 import { decodeCheckRequest } from '../src/authz/codec/request.ts';
-import { encodeCheckRequest, fakeMarkets, hmacHeaders, ingestBody, marketDoc } from './helpers.ts';
+import { encodeCheckRequest } from '../../testkit/check-request.ts';
+import { fakeMarkets, hmacHeaders } from './helpers.ts';
+import { ingestBody, marketDoc } from '../../testkit/feed.ts';
 import { startFixture, type Fixture } from './server-fixture.ts';
 
 // ─── Settings ──────────────────────────────────────────────────────────────────────────────

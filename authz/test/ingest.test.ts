@@ -12,7 +12,8 @@ import { ERROR_STATUS } from '../src/common/errors.ts';
 import { MemoryNonceStore } from '../src/common/adapters/nonce-store.ts';
 import { checkIngestSignature, ingestStage, parseTimestamp, type IngestDeps, type IngestRequest } from '../src/authz/stages/ingest.ts';
 import type { NonceResult, NonceStore } from '../src/common/ports.ts';
-import { envelopeFor, fixedClock, HMAC_KEY, marketDoc, newFeedKey, type FeedKey } from './helpers.ts';
+import { envelopeFor, marketDoc, newFeedKey, type FeedKey } from '../../testkit/feed.ts';
+import { fixedClock, HMAC_KEY } from './helpers.ts';
 
 const NOW = 1763700000;
 const CID = '0xingest-market-1';

@@ -23,7 +23,9 @@ import { verifyEnvelopeSignature } from '../src/common/feed/envelope.ts';
 import { PATHS } from '../src/common/contract.ts';
 import { evaluate, type PipelineDeps } from '../src/authz/pipeline.ts';
 import { checkIngestContent } from '../src/authz/stages/ingest.ts';
-import { encodeCheckRequest, fakeMarkets, fixedClock, marketDoc } from './helpers.ts';
+import { encodeCheckRequest } from '../../testkit/check-request.ts';
+import { fakeMarkets, fixedClock } from './helpers.ts';
+import { marketDoc } from '../../testkit/feed.ts';
 
 const NOW = 1763700000;
 const CID = '0xinterop-market';

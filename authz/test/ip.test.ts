@@ -15,7 +15,7 @@ import { clientKeys, clientOf } from '../src/ratelimit/bucket.ts';
 import { decisionLine } from '../src/authz/decision-log.ts';
 import type { AuthzInput } from '../src/authz/codec/request.ts';
 import { ALLOW } from '../src/authz/decision.ts';
-import { geoFixtures } from './geo-fixtures.ts';
+import { geoFixtures } from '../../testkit/geo-fixtures.ts';
 
 const US = '198.18.1.7';
 /** Every form of US (hex c612:0107). Teredo: server 65.54.227.120, flags 0x8000, port 40000 obfuscated, client ~c612:0107. */

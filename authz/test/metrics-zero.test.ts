@@ -15,7 +15,7 @@ import { MemoryMarketStore } from '../src/market/store.ts';
 import {
   createMetrics, DECISION_CODES, GEO_VERDICTS, GEOIP_RELOAD_RESULTS, MARKET_INGEST_OUTCOMES, MARKET_REQUEST_STATUSES, RATE_LIMIT_CODES, REDIS_OPS,
 } from '../src/common/metrics.ts';
-import { newFeedKey } from './helpers.ts';
+import { newFeedKey } from '../../testkit/feed.ts';
 
 const logger = createLogger('silent', new Writable({ write: (_c, _e, cb) => cb() }));
 

@@ -12,7 +12,8 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { ReplicaWaitError } from '../src/common/adapters/replica-wait.ts';
 import type { NonceStore } from '../src/common/ports.ts';
-import { fakeMarkets, hmacHeaders, ingestBody, marketDoc } from './helpers.ts';
+import { fakeMarkets, hmacHeaders } from './helpers.ts';
+import { ingestBody, marketDoc } from '../../testkit/feed.ts';
 import { startFixture } from './server-fixture.ts';
 
 const now = (): number => Math.floor(Date.now() / 1000);

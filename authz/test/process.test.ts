@@ -11,15 +11,16 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { existsSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { tempDir } from './temp-dir.ts';
+import { tempDir } from '../../testkit/temp-dir.ts';
 import * as grpc from '@grpc/grpc-js';
 import type { MethodDefinition } from '@grpc/proto-loader';
 import { loadPackageDefinition } from '../../proto/index.ts';
 import { LIVENESS_SERVICE } from '../src/authz/grpc-server.ts';
 import { fileURLToPath } from 'node:url';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { freePort, PrivateRedis } from './redis-server.ts';
-import { newFeedKey, tokenFile } from './helpers.ts';
+import { freePort, PrivateRedis } from '../../testkit/redis-server.ts';
+import { newFeedKey } from '../../testkit/feed.ts';
+import { tokenFile } from './helpers.ts';
 
 const ROOT = fileURLToPath(new URL('../../', import.meta.url));
 

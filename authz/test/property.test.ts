@@ -24,9 +24,11 @@ import { evaluate, type PipelineDeps } from '../src/authz/pipeline.ts';
 import { decodeStrictBase64, PATTERN, strictBase64Length } from '../src/common/rules.ts';
 import { createGeoClassifier, GEO_TRUSTED } from '../src/authz/stages/geo.ts';
 import { GeoDatabase } from '../src/common/adapters/geoip.ts';
-import { geoFixtures } from './geo-fixtures.ts';
+import { geoFixtures } from '../../testkit/geo-fixtures.ts';
 import type { MarketMeta } from '../src/common/ports.ts';
-import { encodeCheckRequest, envelopeFor, fakeMarkets, fixedClock, HMAC_KEY, marketDoc, newFeedKey, type CheckSpec } from './helpers.ts';
+import { encodeCheckRequest, type CheckSpec } from '../../testkit/check-request.ts';
+import { envelopeFor, marketDoc, newFeedKey } from '../../testkit/feed.ts';
+import { fakeMarkets, fixedClock, HMAC_KEY } from './helpers.ts';
 import { ingestSigner } from '../src/common/crypto/ingest-signer.ts';
 
 /** Signs like the feed pipeline (the signer module); hmacValid below is the independent model. */

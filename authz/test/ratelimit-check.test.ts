@@ -20,9 +20,11 @@ import { RATE_LIMIT_KEY_PREFIX, type BucketLimits, type Buckets } from '../src/r
 import { createCheckLimiter, REMAINING_TABLE_MAX, resetSeconds, withGlobalLimit } from '../src/ratelimit/check-limit.ts';
 import { ALLOW, deny } from '../src/authz/decision.ts';
 import { decodeCheckRequest, type AuthzInput } from '../src/authz/codec/request.ts';
-import { encodeCheckRequest, fakeMarkets, hmacHeaders, ingestBody, marketDoc, type CheckSpec } from './helpers.ts';
+import { encodeCheckRequest, type CheckSpec } from '../../testkit/check-request.ts';
+import { fakeMarkets, hmacHeaders } from './helpers.ts';
+import { ingestBody, marketDoc } from '../../testkit/feed.ts';
 import { startFixture, type Fixture } from './server-fixture.ts';
-import { PrivateRedis } from './redis-server.ts';
+import { PrivateRedis } from '../../testkit/redis-server.ts';
 
 /** The buckets' settings for these limits, the prefix's at their defaults (RATE_PREFIX_V6 48, 5 × each). */
 const limitsOf = (rps: number, burst: number): BucketLimits => loadConfig({ RPS_PER_IP: String(rps), RATE_BURST: String(burst) });

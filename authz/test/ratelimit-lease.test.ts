@@ -6,12 +6,11 @@
  * across N processes (N RedisBuckets on one Redis) a client gets at most
  * burst + rate × t + min(N × RATE_LEASE_TOKENS, rate × RATE_LEASE_MS).
  */
-import { after, before, describe, test } from 'node:test';
+import { describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { Writable } from 'node:stream';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { Redis } from 'ioredis';
-import { createRedis } from '../src/common/adapters/redis.ts';
 import { ConfigError, loadConfig } from '../src/common/config.ts';
 import { createLogger } from '../src/common/log.ts';
 import { createMetrics } from '../src/common/metrics.ts';
@@ -19,7 +18,7 @@ import { BATCH, RATE_LIMIT_KEY_PREFIX, RedisBuckets, type BucketLimits, type Lea
 import { createCheckLimiter, withGlobalLimit } from '../src/ratelimit/check-limit.ts';
 import { ALLOW } from '../src/authz/decision.ts';
 import type { AuthzInput } from '../src/authz/codec/request.ts';
-import { PrivateRedis } from './redis-server.ts';
+import { privateRedisForSuite } from './helpers.ts';
 
 const logger = createLogger('silent', new Writable({ write: (_c, _e, cb) => cb() }));
 /** Buckets that refill one token in 100 s: a sequence's answers cannot depend on how busy the machine is. */
@@ -37,7 +36,6 @@ describe('ratelimit leases – settings', () => {
 });
 
 describe('ratelimit leases – on a private redis-server', () => {
-  let redis: PrivateRedis;
   let client: Redis;
   let n = 0;
   const ip = (): string => `198.51.100.${++n}`;
@@ -47,15 +45,7 @@ describe('ratelimit leases – on a private redis-server', () => {
     if (tat === null) return 0;
     return Math.ceil((Number(tat) - (Number(s) * 1e6 + Number(us))) / 100e6 - 1e-9);
   };
-  before(async () => {
-    redis = await PrivateRedis.start();
-    client = createRedis(redis.url);
-    await new Promise((r) => client.once('ready', r));
-  });
-  after(async () => {
-    client?.disconnect();
-    await redis?.stop();
-  });
+  privateRedisForSuite((_redis, c) => { client = c; });
 
   test('a busy client: 2,000 takes cost under half the Redis calls they cost without leases, and grant the same', async () => {
     const limits: BucketLimits = { rpsPerIp: 1_000_000, rateBurst: 1_000_000, ratePrefixV6: 48, rpsPerPrefix: 5_000_000, prefixBurst: 5_000_000 };

@@ -5,11 +5,10 @@
  * IPv4 client has its own bucket only. Attack of the finding: 80 /64s of one /56 each took a fresh
  * bucket (80 of 80 allowed).
  */
-import { after, before, describe, test } from 'node:test';
+import { describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { Writable } from 'node:stream';
 import type { Redis } from 'ioredis';
-import { createRedis } from '../src/common/adapters/redis.ts';
 import { ConfigError, loadConfig, type Env } from '../src/common/config.ts';
 import { createLogger } from '../src/common/log.ts';
 import { createMetrics } from '../src/common/metrics.ts';
@@ -19,7 +18,7 @@ import {
 import { createCheckLimiter } from '../src/ratelimit/check-limit.ts';
 import { CODE } from '../src/ratelimit/codec.ts';
 import { createRateLimitHandler } from '../src/ratelimit/service.ts';
-import { PrivateRedis } from './redis-server.ts';
+import { privateRedisForSuite } from './helpers.ts';
 
 const logger = createLogger('silent', new Writable({ write: (_c, _e, cb) => cb() }));
 const metricsOf = (): ReturnType<typeof createMetrics> => createMetrics({ geoipBuildEpochSecs: () => 0, defaultMetrics: false });
@@ -116,17 +115,8 @@ describe('ratelimit prefix – which bucket the headers describe (tighter)', () 
 });
 
 describe('ratelimit prefix – the Lua buckets on Redis', () => {
-  let redis: PrivateRedis;
   let client: Redis;
-  before(async () => {
-    redis = await PrivateRedis.start();
-    client = createRedis(redis.url);
-    await new Promise((r) => client.once('ready', r));
-  });
-  after(async () => {
-    client?.disconnect();
-    await redis?.stop();
-  });
+  privateRedisForSuite((_redis, c) => { client = c; });
 
   test('attack: 1,000 /64s of one /48 at once get the prefix\'s burst (plus its refill meanwhile), not 1,000 bursts; one /64 of another /48 is unchanged', async () => {
     const l = limits();

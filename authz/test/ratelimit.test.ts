@@ -27,7 +27,8 @@ import { clientOf, descriptorClient, printfRound, RATE_LIMIT_KEY_PREFIX, RedisBu
 import { loadConfig } from '../src/common/config.ts';
 import { CODE, decodeRateLimitRequest, encodeRateLimitResponse } from '../src/ratelimit/codec.ts';
 import { createRateLimitHandler, rateLimitService } from '../src/ratelimit/service.ts';
-import { PrivateRedis } from './redis-server.ts';
+import { PrivateRedis } from '../../testkit/redis-server.ts';
+import { privateRedisForSuite } from './helpers.ts';
 import { tokenCheck } from '../src/common/token.ts';
 import { createHash, randomBytes } from 'node:crypto';
 
@@ -126,15 +127,7 @@ function countedBuckets(redis: Redis, limits: BucketLimits, policy?: { busy: num
 describe('ratelimit – the Lua token bucket on Redis', () => {
   let redis: PrivateRedis;
   let client: Redis;
-  before(async () => {
-    redis = await PrivateRedis.start();
-    client = createRedis(redis.url);
-    await new Promise((r) => client.once('ready', r));
-  });
-  after(async () => {
-    client?.disconnect();
-    await redis?.stop();
-  });
+  privateRedisForSuite((r, c) => { redis = r; client = c; });
 
   test('burst, then refused (a refusal takes nothing), refilled at the rate; hits_addend takes that many', async () => {
     // 2/s: a token every 500 ms, so the timing below has 400 ms of slack on a busy host (at 10/s

@@ -7,7 +7,7 @@ import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import { Redis } from 'ioredis';
 import { createRedis } from '../src/common/adapters/redis.ts';
-import { PrivateRedis } from './redis-server.ts';
+import { PrivateRedis } from '../../testkit/redis-server.ts';
 
 const TIMEOUT_MS = 100;
 /** The stall: ten times the timeout, so the reply (loopback, sub-millisecond) is in the socket long before it ends. */

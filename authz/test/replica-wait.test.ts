@@ -2,7 +2,7 @@
  * Acknowledgements across a Sentinel failover (REDIS_MIN_REPLICAS; docs/operations.md "Redis").
  *
  * On real processes: a private redis-server without replicas, then a Sentinel deployment on
- * loopback (a master, a replica, three Sentinels; authz/test/sentinel.ts). The failover test
+ * loopback (a master, a replica, three Sentinels; testkit/sentinel.ts). The failover test
  * runs the stores both ways side by side: with REDIS_MIN_REPLICAS=0 (the master's
  * acknowledgement is enough) and =1. While the replica lags (its link frozen) the master is
  * killed and Sentinel promotes the replica: with 0, nonces and records acknowledged meanwhile
@@ -21,9 +21,9 @@ import { StoreOutcomeUnknownError, StoreUnavailableError } from '../src/market/s
 import { validateDocument, type MarketDocument } from '../src/common/feed/schema.ts';
 import type { Envelope } from '../src/common/feed/envelope.ts';
 import { ConfigError, configWarnings, loadConfig } from '../src/common/config.ts';
-import { PrivateRedis } from './redis-server.ts';
-import { SentinelDeployment } from './sentinel.ts';
-import { envelopeFor, marketDoc, newFeedKey } from './helpers.ts';
+import { PrivateRedis } from '../../testkit/redis-server.ts';
+import { SentinelDeployment } from '../../testkit/sentinel.ts';
+import { envelopeFor, marketDoc, newFeedKey } from '../../testkit/feed.ts';
 
 const WAIT_MS = 100;
 const feed = newFeedKey();

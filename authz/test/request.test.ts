@@ -17,7 +17,9 @@ import { GEO_TRUSTED, geoResult } from '../src/authz/stages/geo.ts';
 import { JURISDICTION_NONE, type RouteKind } from '../src/common/contract.ts';
 import { MemoryNonceStore } from '../src/common/adapters/nonce-store.ts';
 import { evaluate, type PipelineDeps } from '../src/authz/pipeline.ts';
-import { checkRequestObject, fakeMarkets, fixedClock, HMAC_KEY, hmacHeaders, ingestBody, marketDoc, newFeedKey, type CheckSpec } from './helpers.ts';
+import { checkRequestObject, type CheckSpec } from '../../testkit/check-request.ts';
+import { fakeMarkets, fixedClock, HMAC_KEY, hmacHeaders } from './helpers.ts';
+import { ingestBody, marketDoc, newFeedKey } from '../../testkit/feed.ts';
 
 const UNKNOWN_ALLOWED = geoResult('unknown_allowed', 'full', null, null, JURISDICTION_NONE);
 const UNKNOWN_BLOCKED = geoResult('unknown_blocked', 'blocked', null, null, JURISDICTION_NONE);

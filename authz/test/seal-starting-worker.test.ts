@@ -14,7 +14,7 @@ import { existsSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { tokenFile } from './helpers.ts';
-import { freePort, PrivateRedis } from './redis-server.ts';
+import { freePort, PrivateRedis } from '../../testkit/redis-server.ts';
 import { ServiceChild } from './service-child.ts';
 
 type Line = Record<string, unknown>;

@@ -18,7 +18,8 @@ import { RedisBuckets } from '../src/ratelimit/bucket.ts';
 import { rateLimitService } from '../src/ratelimit/service.ts';
 import { createCheckLimiter } from '../src/ratelimit/check-limit.ts';
 import { readTokenFile } from '../src/common/token.ts';
-import { checkRequestObject, decodeCheckResponse, newFeedKey, outcomeOf, type CheckSpec, type FeedKey } from './helpers.ts';
+import { checkRequestObject, decodeCheckResponse, outcomeOf, type CheckSpec } from '../../testkit/check-request.ts';
+import { newFeedKey, type FeedKey } from '../../testkit/feed.ts';
 import type { Redis } from 'ioredis';
 
 export const REDIS_URL = process.env['TEST_REDIS_URL'] ?? 'redis://127.0.0.1:6379/0';

@@ -7,8 +7,8 @@ import { randomBytes } from 'node:crypto';
 import type { Readable } from 'node:stream';
 import { fileURLToPath } from 'node:url';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { newFeedKey } from './helpers.ts';
-import { freePort } from './redis-server.ts';
+import { newFeedKey } from '../../testkit/feed.ts';
+import { freePort } from '../../testkit/redis-server.ts';
 
 const ROOT = fileURLToPath(new URL('../../', import.meta.url));
 

@@ -15,8 +15,9 @@ import { SHADOW_MSG } from '../src/authz/shadow.ts';
 import { createGeoClassifier, type GeoResult } from '../src/authz/stages/geo.ts';
 import { HmacSha256Key } from '../src/common/crypto/hmac.ts';
 import type { GeoRecord } from '../src/common/ports.ts';
-import { geoFixtures } from './geo-fixtures.ts';
-import { fakeMarkets, fixedClock, HMAC_KEY, newFeedKey } from './helpers.ts';
+import { geoFixtures } from '../../testkit/geo-fixtures.ts';
+import { fakeMarkets, fixedClock, HMAC_KEY } from './helpers.ts';
+import { newFeedKey } from '../../testkit/feed.ts';
 import { startFixture, type Fixture } from './server-fixture.ts';
 
 const fx = geoFixtures();

@@ -1,5 +1,5 @@
 /**
- * The tests leave nothing in TMPDIR (authz/test/temp-dir.ts): a test process that fails half way
+ * The tests leave nothing in TMPDIR (testkit/temp-dir.ts): a test process that fails half way
  * still removes its temporary directories, key files included, and kills the private
  * redis-server it started; `npm test`'s scripts/test-tmpdir.sh fails a run that leaves anything.
  */
@@ -32,7 +32,7 @@ test('temp dirs – a process that fails with its temporary directories (key fil
   const r = inFreshTmp(`
     import { writeFileSync } from 'node:fs';
     import { join } from 'node:path';
-    import { tempDir, withTempDir } from './temp-dir.ts';
+    import { tempDir, withTempDir } from '../../testkit/temp-dir.ts';
     const keys = tempDir('edge-secret-');
     writeFileSync(join(keys, 'hmac'), 'hex:' + 'ab'.repeat(32), { mode: 0o400 });
     tempDir('edge-geo-');
@@ -45,7 +45,7 @@ test('temp dirs – a process that fails with its temporary directories (key fil
 
 test('temp dirs – E2E_KEEP keeps them for a look', () => {
   const r = inFreshTmp(`
-    import { tempDir } from './temp-dir.ts';
+    import { tempDir } from '../../testkit/temp-dir.ts';
     tempDir('edge-e2e-');
   `, { E2E_KEEP: '1' });
   assert.equal(r.status, 0, r.out);
@@ -55,7 +55,7 @@ test('temp dirs – E2E_KEEP keeps them for a look', () => {
 
 test('temp dirs – a private redis-server never stopped is killed at exit, then its data directory removed', async () => {
   const r = inFreshTmp(`
-    import { PrivateRedis } from './redis-server.ts';
+    import { PrivateRedis } from '../../testkit/redis-server.ts';
     const redis = await PrivateRedis.start();
     console.log('port', redis.port);
   `);

@@ -22,8 +22,9 @@ import { MemoryMarketStore } from '../src/market/store.ts';
 import { createLogger } from '../src/common/log.ts';
 import { createMetrics, GEO_VERDICTS } from '../src/common/metrics.ts';
 import type { GeoLookup, GeoRecord } from '../src/common/ports.ts';
-import { geoFixtures } from './geo-fixtures.ts';
-import { fakeMarkets, fixedClock, HMAC_KEY, newFeedKey } from './helpers.ts';
+import { geoFixtures } from '../../testkit/geo-fixtures.ts';
+import { fakeMarkets, fixedClock, HMAC_KEY } from './helpers.ts';
+import { newFeedKey } from '../../testkit/feed.ts';
 import { HmacSha256Key } from '../src/common/crypto/hmac.ts';
 import { startFixture, type Fixture } from './server-fixture.ts';
 

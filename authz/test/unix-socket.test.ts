@@ -12,7 +12,7 @@ import { createServer } from 'node:net';
 import { join } from 'node:path';
 import { ConfigError, KNOWN_SETTINGS, loadConfig, type Env } from '../src/common/config.ts';
 import { ownSocket, prepareSocket, removeOwnSocket, SOCKET_MODE, SOCKET_PATH_MAX_BYTES, SocketPathError } from '../src/common/unix-socket.ts';
-import { removeTempDir, tempDir } from './temp-dir.ts';
+import { removeTempDir, tempDir } from '../../testkit/temp-dir.ts';
 
 function refused(env: Env, variable: string, pattern: RegExp): void {
   assert.throws(() => loadConfig(env), (err: unknown) => err instanceof ConfigError && err.variable === variable && pattern.test(err.message));

@@ -17,7 +17,8 @@ import { parseHmacKey, ed25519PublicKey } from '../src/common/credentials.ts';
 import { geoDenial } from '../src/authz/decision.ts';
 import { GEO_TRUSTED } from '../src/authz/stages/geo.ts';
 import { MemoryNonceStore } from '../src/common/adapters/nonce-store.ts';
-import { encodeCheckRequest, fakeMarkets, fixedClock } from './helpers.ts';
+import { encodeCheckRequest } from '../../testkit/check-request.ts';
+import { fakeMarkets, fixedClock } from './helpers.ts';
 
 interface Vector {
   name: string;

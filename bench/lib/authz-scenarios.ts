@@ -4,13 +4,14 @@
  *   (a) a geo-only GET shaped as Envoy sends it (~14 headers, x-edge-client-ip set),
  *   (b) a signed ingest (valid HMAC, valid Ed25519 envelope, one-time nonce),
  *   (c) an order for the bench market, which the service's market store holds (marketIngestBody).
- * CheckRequests are encoded with the real protos (authz/test/helpers.ts).
+ * CheckRequests are encoded with the real protos (testkit/check-request.ts).
  */
 import { randomBytes } from 'node:crypto';
 import { PATHS } from '../../authz/src/common/contract.ts';
 import { ingestMac } from '../../authz/src/common/crypto/ingest-signer.ts';
 import { HmacSha256Key } from '../../authz/src/common/crypto/hmac.ts';
-import { encodeCheckRequest, ingestBody, marketDoc, type FeedKey } from '../../authz/test/helpers.ts';
+import { encodeCheckRequest } from '../../testkit/check-request.ts';
+import { ingestBody, marketDoc, type FeedKey } from '../../testkit/feed.ts';
 import { frameGrpc } from './grpc-wire.ts';
 
 /** Has a record in the default GeoIP database (GB): close-only under BENCH_POLICY_ENV, not blocked. */
@@ -135,4 +136,4 @@ export interface DecisionCount {
  * mmdb-writer): the bench's client has no record in it, like most clients, so each order and
  * ingest Check pays one lookup that finds nothing.
  */
-export { anonymizerFixtures as anonymizerDbForBench } from '../../authz/test/anonymizer-fixtures.ts';
+export { anonymizerFixtures as anonymizerDbForBench } from '../../testkit/anonymizer-fixtures.ts';

@@ -36,7 +36,7 @@ import { fileURLToPath } from 'node:url';
 import YAML from 'yaml';
 import { loadConfig } from '../../authz/src/common/config.ts';
 import { withServiceRuntime } from '../../authz/src/common/runtime-env.ts';
-import { freePort, PrivateRedis } from '../../authz/test/redis-server.ts';
+import { freePort, PrivateRedis } from '../../testkit/redis-server.ts';
 import { envoyBinary } from '../../envoy/envoy-bin.ts';
 import { renderEnvoy } from '../../envoy/render.ts';
 import { generateDevPki } from '../../scripts/dev/certs.ts';

@@ -35,6 +35,15 @@ export interface Row { readonly title: string; readonly panels: readonly Panel[]
 const rateBy = (by: string, selector: string): string => `sum by (${by}) (rate(${selector}[${W}]))`;
 const rate = (selector: string): string => `sum(rate(${selector}[${W}]))`;
 const quantile = (q: number, bucket: string): string => `histogram_quantile(${q}, sum by (le) (rate(${bucket}[${W}])))`;
+/** The median and the 99th percentile of a histogram (`bucket`: its `_bucket` series, with a selector if any). */
+const percentiles = (bucket: string): Target[] => [
+  { expr: quantile(0.5, bucket), legend: 'p50' },
+  { expr: quantile(0.99, bucket), legend: 'p99' },
+];
+/** A panel of one service metric's rate split by the labels `by`, its HELP the description. */
+const byLabels = (title: string, metric: string, by: string, legend: string, unit = 'reqps'): Panel => (
+  { title, help: metric, unit, targets: [{ expr: rateBy(by, metric), legend }] }
+);
 
 /** Panels in rows; `help` names an `edge_*` metric (its HELP is looked up) or is Envoy text. */
 export const ROWS: readonly Row[] = [
@@ -55,12 +64,7 @@ export const ROWS: readonly Row[] = [
         unit: 'reqps',
         targets: [{ expr: rateBy('envoy_response_code_class', 'envoy_http_downstream_rq_xx{envoy_http_conn_manager_prefix=~"edge|ingest"}'), legend: '{{envoy_response_code_class}}xx' }],
       },
-      {
-        title: 'Decisions by route and code (authz)',
-        help: 'edge_authz_decisions_total',
-        unit: 'reqps',
-        targets: [{ expr: rateBy('route, code', 'edge_authz_decisions_total'), legend: '{{route}} {{code}}' }],
-      },
+      byLabels('Decisions by route and code (authz)', 'edge_authz_decisions_total', 'route, code', '{{route}} {{code}}'),
       {
         title: '451 restricted_jurisdiction by route',
         help: 'edge_authz_decisions_total',
@@ -90,31 +94,20 @@ export const ROWS: readonly Row[] = [
         title: 'Check latency p50 / p99 (authz)',
         help: 'edge_authz_check_duration_seconds',
         unit: 's',
-        targets: [
-          { expr: quantile(0.5, 'edge_authz_check_duration_seconds_bucket'), legend: 'p50' },
-          { expr: quantile(0.99, 'edge_authz_check_duration_seconds_bucket'), legend: 'p99' },
-        ],
+        targets: percentiles('edge_authz_check_duration_seconds_bucket'),
       },
       {
         title: 'Check round trip p50 / p99 (Envoy → authz)',
         help: 'Envoy: time from sending the Check to its answer (cluster authz upstream_rq_time), gRPC and socket included.',
         unit: 'ms',
-        targets: [
-          { expr: quantile(0.5, 'envoy_cluster_upstream_rq_time_bucket{envoy_cluster_name="authz"}'), legend: 'p50' },
-          { expr: quantile(0.99, 'envoy_cluster_upstream_rq_time_bucket{envoy_cluster_name="authz"}'), legend: 'p99' },
-        ],
+        targets: percentiles('envoy_cluster_upstream_rq_time_bucket{envoy_cluster_name="authz"}'),
       },
     ],
   },
   {
     title: 'Dependencies',
     panels: [
-      {
-        title: 'Redis errors by operation',
-        help: 'edge_redis_errors_total',
-        unit: 'ops',
-        targets: [{ expr: rateBy('op', 'edge_redis_errors_total'), legend: '{{op}}' }],
-      },
+      byLabels('Redis errors by operation', 'edge_redis_errors_total', 'op', '{{op}}', 'ops'),
       {
         title: 'Global rate limit failing open',
         help: 'edge_ratelimit_decisions_total',
@@ -156,18 +149,8 @@ export const ROWS: readonly Row[] = [
           { expr: 'sum by (result) (increase(edge_geoip_secondary_reloads_total[1h]))', legend: 'GEOIP_DB_SECONDARY {{result}}' },
         ],
       },
-      {
-        title: 'Geo verdicts',
-        help: 'edge_geo_verdicts_total',
-        unit: 'reqps',
-        targets: [{ expr: rateBy('verdict', 'edge_geo_verdicts_total'), legend: '{{verdict}}' }],
-      },
-      {
-        title: 'Shadow policy disagreements',
-        help: 'edge_geo_shadow_disagreements_total',
-        unit: 'reqps',
-        targets: [{ expr: rateBy('enforced, shadow', 'edge_geo_shadow_disagreements_total'), legend: '{{enforced}} → {{shadow}}' }],
-      },
+      byLabels('Geo verdicts', 'edge_geo_verdicts_total', 'verdict', '{{verdict}}'),
+      byLabels('Shadow policy disagreements', 'edge_geo_shadow_disagreements_total', 'enforced, shadow', '{{enforced}} → {{shadow}}'),
       {
         title: 'Sealed instances',
         help: 'edge_authz_sealed',

@@ -31,7 +31,7 @@ import { budgetOfBootstrap, ENVOY_POD_CPUS, envoyBudget, renderEnvoy } from '../
 import { ROOT } from '../paths.ts';
 import { backendSettings, settingsRead, validateEnvoyThroughMounts } from './support.ts';
 import { COMPOSE_FILE, composeConfig, serviceMounts, type ComposeFile, type Mount } from './tools.ts';
-import { tempDir } from '../../authz/test/temp-dir.ts';
+import { tempDir } from '../../testkit/temp-dir.ts';
 
 /** The file as compose reads it with no variables set (every default) and no deploy/.env. */
 const defaults = composeConfig();

@@ -11,7 +11,7 @@ import { join } from 'node:path';
 import YAML from 'yaml';
 import { allTargets, DASHBOARD_FILE, dashboardText, RATE_WINDOW } from '../grafana/dashboard.ts';
 import { promtool } from './tools.ts';
-import { tempDir } from '../../authz/test/temp-dir.ts';
+import { tempDir } from '../../testkit/temp-dir.ts';
 
 interface GridPanel { id: number; type: string; title: string; gridPos: { x: number; y: number; w: number; h: number }; targets?: { expr: string; datasource: unknown }[]; description?: string }
 

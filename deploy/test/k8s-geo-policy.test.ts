@@ -15,7 +15,7 @@ import { writeFileSync } from 'node:fs';
 import { loadConfig } from '../../authz/src/common/config.ts';
 import { parseContext, parsePolicy, policyRegionRule } from '../../authz/src/common/geo-policy-file.ts';
 import { CONFIG_HASH_ANNOTATION } from '../k8s/render.ts';
-import { tempDir } from '../../authz/test/temp-dir.ts';
+import { tempDir } from '../../testkit/temp-dir.ts';
 import { kubernetesValidate, kustomize, yamlDocs, type Resource } from './tools.ts';
 
 const K8S = fileURLToPath(new URL('../k8s/', import.meta.url));

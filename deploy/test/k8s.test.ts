@@ -26,7 +26,7 @@ import { sentinelOptions } from '../../authz/src/common/adapters/redis.ts';
 import { loadConfig } from '../../authz/src/common/config.ts';
 import { envoyBinary } from '../../envoy/envoy-bin.ts';
 import { budgetOfBootstrap, CLUSTER, ENVOY_POD_CPUS, envoyBudget, renderEnvoy, requiredEnvoyMemoryLimitMb, SERVER_SDS_FILE, STATS_LISTENER } from '../../envoy/render.ts';
-import { freePort } from '../../authz/test/redis-server.ts';
+import { freePort } from '../../testkit/redis-server.ts';
 import { generateDevPki } from '../../scripts/dev/certs.ts';
 import { ensureEdgeServerCert } from '../../scripts/dev/edge-server-cert.ts';
 import { ROOT } from '../paths.ts';
@@ -34,7 +34,7 @@ import { CONFIG_HASH_ANNOTATION, GENERATED, K8S_ENV, MOUNTS, PRODUCTION_EDGE_SOU
 import { LIVENESS_SERVICE } from '../../authz/src/authz/grpc-server.ts';
 import { settingsRead, validateEnvoyThroughMounts } from './support.ts';
 import { composeConfig, kubectlVersion, kubernetesValidate, kustomize, yamlDocs, type Resource } from './tools.ts';
-import { tempDir } from '../../authz/test/temp-dir.ts';
+import { tempDir } from '../../testkit/temp-dir.ts';
 
 const K8S = join(ROOT, 'deploy/k8s');
 /** Every kustomization: the base and each overlay. */

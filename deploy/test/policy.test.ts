@@ -20,7 +20,7 @@ import { startFixture, type Fixture } from '../../authz/test/server-fixture.ts';
 import { fakeMarkets, GRPCURL } from '../../authz/test/helpers.ts';
 import { feedPrivateKey, fillPolicy } from '../policy/fill.ts';
 import { loadPackageDefinition } from '../../proto/index.ts';
-import { tempDir } from '../../authz/test/temp-dir.ts';
+import { tempDir } from '../../testkit/temp-dir.ts';
 
 const run = promisify(execFile);
 const DIR = fileURLToPath(new URL('../policy/', import.meta.url));

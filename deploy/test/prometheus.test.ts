@@ -13,7 +13,7 @@ import YAML from 'yaml';
 import { K8S_ENV } from '../k8s/render.ts';
 import { ROOT } from '../paths.ts';
 import { promtool } from './tools.ts';
-import { tempDir } from '../../authz/test/temp-dir.ts';
+import { tempDir } from '../../testkit/temp-dir.ts';
 
 interface Rule { alert: string; expr: string; labels: { severity: string }; annotations: { summary: string } }
 const ALERTS = join(ROOT, 'deploy/prometheus/alerts.yaml');

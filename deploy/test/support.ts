@@ -10,7 +10,7 @@ import { loadConfig, type Env } from '../../authz/src/common/config.ts';
 import { loadCredentials } from '../../authz/src/common/credentials.ts';
 import { validateBootstrap } from '../../envoy/envoy-bin.ts';
 import { ROOT } from '../paths.ts';
-import { tempDir } from '../../authz/test/temp-dir.ts';
+import { tempDir } from '../../testkit/temp-dir.ts';
 
 /**
  * Every environment variable name the TS service (config.ts + credentials.ts) and the Envoy

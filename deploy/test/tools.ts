@@ -18,7 +18,7 @@ import { rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import YAML from 'yaml';
 import { ROOT } from '../paths.ts';
-import { tempDir } from '../../authz/test/temp-dir.ts';
+import { tempDir } from '../../testkit/temp-dir.ts';
 import { runTool, runToolOk, type ToolRun } from '../lib/tools.ts';
 
 export { kubectlVersion, kustomize, runTool, runToolOk, TOOLS, yamlDocs, type Resource, type ToolRun } from '../lib/tools.ts';

@@ -28,14 +28,14 @@ import { promisify } from 'node:util';
 import { GenericContainer, Network, Wait, type StartedNetwork, type StartedTestContainer } from 'testcontainers';
 import { loadConfig } from '../../authz/src/common/config.ts';
 import { renderEnvoy } from '../../envoy/render.ts';
-import { freePort, type PrivateRedis } from '../../authz/test/redis-server.ts';
+import { freePort, type PrivateRedis } from '../../testkit/redis-server.ts';
 import { ROOT } from '../../deploy/paths.ts';
 import { generateDevPki } from '../../scripts/dev/certs.ts';
 import { createOrderBackend } from '../../scripts/dev/order-backend.ts';
 import { dockerCli, dockerEngine, imageFor } from '../lib/images.ts';
 import type { Stack, StackOptions } from '../lib/stack.ts';
 import { containerDefinitions, HOST_ALIAS, loopbackRequestCommand, parseLoopbackResponse, PATHS, PORTS, SECRET_FILES, SERVICE_IMAGE, stackEnv, type ContainerDef, type ContainerStackInput, type LoopbackTool } from './definitions.ts';
-import { tempDir } from '../../authz/test/temp-dir.ts';
+import { tempDir } from '../../testkit/temp-dir.ts';
 
 // The reaper is a container image of its own (testcontainers/ryuk), which cannot be pulled here.
 process.env['TESTCONTAINERS_RYUK_DISABLED'] = 'true';

@@ -1,7 +1,7 @@
 /**
  * Ordinary HTTP clients for the e2e suite: everything goes through Envoy's port.
  * Client addresses are chosen with X-Forwarded-For (the stack trusts one hop), from the
- * documentation ranges of the generated GeoIP database (authz/test/fixtures/make-mmdb.py):
+ * documentation ranges of the generated GeoIP database (testkit/fixtures/make-mmdb.py):
  *   192.0.2.0/25, 2001:db8:3::/48 and 2001:db8:8000::/33 → CH (allowed); 198.51.100.0/25 → KP,
  *   198.51.100.128/25 → CU.
  */

@@ -21,12 +21,12 @@ import { chmodSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node
 import { networkInterfaces } from 'node:os';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { freePort } from '../../authz/test/redis-server.ts';
+import { freePort } from '../../testkit/redis-server.ts';
 import { COMPOSE_FILES } from '../../deploy/compose-setup.ts';
 import { ROOT } from '../../deploy/paths.ts';
 import { COMPOSE_FILE } from '../../deploy/test/tools.ts';
 import { dockerCli, dockerEngine, imageEnv } from './images.ts';
-import { tempDir } from '../../authz/test/temp-dir.ts';
+import { tempDir } from '../../testkit/temp-dir.ts';
 
 export const COMPOSE_BIN = 'docker-compose';
 const SIGNALS = ['SIGINT', 'SIGTERM'] as const;

@@ -11,7 +11,7 @@ import { join } from 'node:path';
 import { connect as tlsConnect, type ConnectionOptions, type SecureVersion } from 'node:tls';
 import { X509Certificate } from 'node:crypto';
 import { ca, issue, publishClientCert } from '../../scripts/dev/certs.ts';
-import { tempDir } from '../../authz/test/temp-dir.ts';
+import { tempDir } from '../../testkit/temp-dir.ts';
 
 export interface EdgeTlsPki {
   readonly dir: string;

@@ -19,7 +19,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { podmanEnv, writeContainersConf } from '../../deploy/podman/setup.ts';
 import { dockerCli, dockerEngine } from './images.ts';
 import { ok, run, type RunResult } from './compose.ts';
-import { tempDir } from '../../authz/test/temp-dir.ts';
+import { tempDir } from '../../testkit/temp-dir.ts';
 
 export const PODMAN_BIN = 'podman';
 /** The image podman builds itself (from catatonit) for every pod's infra container. */

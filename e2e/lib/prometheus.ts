@@ -10,8 +10,8 @@ import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import YAML from 'yaml';
-import { freePort } from '../../authz/test/redis-server.ts';
-import { removeTempDir, tempDir } from '../../authz/test/temp-dir.ts';
+import { freePort } from '../../testkit/redis-server.ts';
+import { removeTempDir, tempDir } from '../../testkit/temp-dir.ts';
 import { TOOLS } from '../../deploy/test/tools.ts';
 
 export interface PromSeries { metric: Record<string, string>; value?: [number, string]; values?: [number, string][] }

@@ -17,10 +17,10 @@ import { loadConfig } from '../../authz/src/common/config.ts';
 import { withServiceRuntime } from '../../authz/src/common/runtime-env.ts';
 import { envoyBinary } from '../../envoy/envoy-bin.ts';
 import { renderEnvoy, serverSdsPath, type RenderOptions } from '../../envoy/render.ts';
-import { freePort, PrivateRedis } from '../../authz/test/redis-server.ts';
+import { freePort, PrivateRedis } from '../../testkit/redis-server.ts';
 import { generateDevPki, type DevPki } from '../../scripts/dev/certs.ts';
 import { createOrderBackend, type OrderBackend } from '../../scripts/dev/order-backend.ts';
-import { removeTempDir, tempDir } from '../../authz/test/temp-dir.ts';
+import { removeTempDir, tempDir } from '../../testkit/temp-dir.ts';
 
 const ROOT = fileURLToPath(new URL('../../', import.meta.url));
 const NODE = join(ROOT, 'scripts', 'node');
@@ -30,7 +30,7 @@ export interface StackOptions {
   readonly env?: Record<string, string>;
   readonly geoipDb?: string;
   /**
-   * A Redis the stack does not own (e.g. `redis+sentinel://…` of authz/test/sentinel.ts), for
+   * A Redis the stack does not own (e.g. `redis+sentinel://…` of testkit/sentinel.ts), for
    * REDIS_URL; local driver only. Unset: a private redis-server (`stack.redis`).
    */
   readonly redisUrl?: string;

@@ -1,7 +1,7 @@
 /**
  * Redis master killed under ingest load, Sentinel failover (issue 17; docs/operations.md "Redis").
  *
- * Real processes on loopback: a master, two replicas and three Sentinels (authz/test/sentinel.ts),
+ * Real processes on loopback: a master, two replicas and three Sentinels (testkit/sentinel.ts),
  * the whole edge (e2e/lib/stack.ts) with REDIS_URL=redis+sentinel://… . Signed ingests of unique
  * markets flow through Envoy; the replication links are then held (the replicas lag: the master
  * keeps answering, no replica receives anything) for `lagMs`, and the master is SIGKILLed;
@@ -16,7 +16,7 @@
  */
 import assert from 'node:assert/strict';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { SentinelDeployment } from '../../authz/test/sentinel.ts';
+import { SentinelDeployment } from '../../testkit/sentinel.ts';
 import { startStack, type Stack } from '../lib/stack.ts';
 import { count, hit, recoveryMs, uniqueIngest, type Outcome } from './harness.ts';
 import type { Row } from './scenarios.ts';

@@ -8,8 +8,8 @@
  */
 import assert from 'node:assert/strict';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { geoFixtures } from '../../authz/test/geo-fixtures.ts';
-import { PrivateRedis } from '../../authz/test/redis-server.ts';
+import { geoFixtures } from '../../testkit/geo-fixtures.ts';
+import { PrivateRedis } from '../../testkit/redis-server.ts';
 import { startStack, type Stack } from '../lib/stack.ts';
 import type { Row } from './scenarios.ts';
 

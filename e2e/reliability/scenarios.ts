@@ -8,12 +8,12 @@ import { X509Certificate } from 'node:crypto';
 import { copyFileSync, readFileSync, renameSync } from 'node:fs';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { geoFixtures } from '../../authz/test/geo-fixtures.ts';
+import { geoFixtures } from '../../testkit/geo-fixtures.ts';
 import { issue, publishClientCert } from '../../scripts/dev/certs.ts';
 import { startStack, type Stack } from '../lib/driver.ts';
 import { ingest } from '../lib/client.ts';
 import { count, drive, explainFailures, hit, metric, openFds, orderFor, recoveryMs, rssKb, uniqueIngest, type Outcome } from './harness.ts';
-import { removeTempDir, tempDir } from '../../authz/test/temp-dir.ts';
+import { removeTempDir, tempDir } from '../../testkit/temp-dir.ts';
 
 export interface Row { scenario: string; load: string; fault: string; outcome: string; recovery: string }
 export interface Scale { replays: number; redisDownMs: number; soakMs: number }

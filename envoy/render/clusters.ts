@@ -69,6 +69,22 @@ function httpProtocolOptions(fields: JsonObject): JsonObject {
 }
 
 /**
+ * The HttpProtocolOptions of a gRPC cluster (authz, rate limit): HTTP/2, a connection kept for
+ * an hour idle, and an HTTP/2 PING every 30 s (5 s to answer), so a connection whose peer went
+ * away is closed rather than kept for requests.
+ */
+function grpcProtocolOptions(): JsonObject {
+  return {
+    common_http_protocol_options: { idle_timeout: '3600s' },
+    explicit_http_config: {
+      http2_protocol_options: {
+        connection_keepalive: { interval: '30s', timeout: '5s' },
+      },
+    },
+  };
+}
+
+/**
  * The TS gRPC server (ext_authz Check). HTTP/2, one long-lived connection
  * per Envoy worker, kept alive with HTTP/2 PINGs; high circuit-breaker limits so a traffic
  * spike is limited by the authz deadline, not by Envoy's default 1024 concurrent requests.
@@ -80,14 +96,7 @@ export function authzCluster(config: Config): JsonObject {
     connect_timeout: '1s',
     circuit_breakers: thresholds(100_000),
     ...tsConnectionOptions(config.authzGrpcSocket),
-    typed_extension_protocol_options: httpProtocolOptions({
-      common_http_protocol_options: { idle_timeout: '3600s' },
-      explicit_http_config: {
-        http2_protocol_options: {
-          connection_keepalive: { interval: '30s', timeout: '5s' },
-        },
-      },
-    }),
+    typed_extension_protocol_options: httpProtocolOptions(grpcProtocolOptions()),
   };
 }
 
@@ -135,12 +144,7 @@ export function rateLimitCluster(config: Config): JsonObject {
     circuit_breakers: thresholds(100_000),
     upstream_connection_options: TCP_KEEPALIVE,
     typed_extension_protocol_options: httpProtocolOptions({
-      common_http_protocol_options: { idle_timeout: '3600s' },
-      explicit_http_config: {
-        http2_protocol_options: {
-          connection_keepalive: { interval: '30s', timeout: '5s' },
-        },
-      },
+      ...grpcProtocolOptions(),
       ...(config.rateLimitTokenFile === undefined ? {} : { http_filters: rateLimitTokenFilters() }),
     }),
   };

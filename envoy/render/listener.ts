@@ -13,6 +13,29 @@ import { routes, STREAM_IDLE_TIMEOUT_MS } from './routes.ts';
 import { listenerScheme, withClientTransport } from './tls.ts';
 
 /**
+ * What every HttpConnectionManager (the client listeners' and the stats listener's, stats.ts)
+ * does to a request before a route sees it: the path normalised (`/a/./b` and `//a/b` are `/a/b`,
+ * so a route cannot be reached under another spelling), escaped slashes refused, Envoy's own
+ * Server header replaced, and 10 s for the request headers to arrive.
+ */
+export const REQUEST_HYGIENE = {
+  normalize_path: true,
+  merge_slashes: true,
+  // Nobody needs %2F or %5C in our paths; rejecting beats two parties disagreeing on them.
+  path_with_escaped_slashes_action: 'REJECT_REQUEST',
+  server_header_transformation: 'OVERWRITE',
+  server_name: 'edge',
+  request_headers_timeout: '10s',
+} as const;
+
+/**
+ * Every HttpConnectionManager's connection options: a kept-alive connection closed after 300 s
+ * idle; a header with an underscore dropped (a proxy may read it as a dash, so it could pass
+ * for a header the edge sets).
+ */
+export const DOWNSTREAM_CONNECTION_OPTIONS = { idle_timeout: '300s', headers_with_underscores_action: 'DROP_HEADER' } as const;
+
+/**
  * The HttpConnectionManager with its filter chain, routes and local replies: the same for both
  * listeners but for the route table (routes.ts) and the names (stat prefix, route configuration).
  */
@@ -38,13 +61,7 @@ export function httpConnectionManager(config: Config, opts: RenderOptions, name:
     preserve_external_request_id: false,
     // The client learns the id the backend can deduplicate on (a 504 is "outcome unknown").
     always_set_request_id_in_response: true,
-    normalize_path: true,
-    merge_slashes: true,
-    // Nobody needs %2F or %5C in our paths; rejecting beats two parties disagreeing on them.
-    path_with_escaped_slashes_action: 'REJECT_REQUEST',
-    server_header_transformation: 'OVERWRITE',
-    server_name: 'edge',
-    request_headers_timeout: '10s',
+    ...REQUEST_HYGIENE,
     // The whole request, body included, must arrive and be decided within REQUEST_BODY_TIMEOUT_MS,
     // else 408 (docs/envoy.md "Bodies and memory"). Not a route's max_stream_duration: that also
     // counts the upstream's answer, so on the orders route it would have to outlast
@@ -54,10 +71,7 @@ export function httpConnectionManager(config: Config, opts: RenderOptions, name:
     request_timeout: duration(config.requestBodyTimeoutMs),
     stream_idle_timeout: duration(STREAM_IDLE_TIMEOUT_MS),
     drain_timeout: '5s',
-    common_http_protocol_options: {
-      idle_timeout: '300s',
-      headers_with_underscores_action: 'DROP_HEADER',
-    },
+    common_http_protocol_options: { ...DOWNSTREAM_CONNECTION_OPTIONS },
     http2_protocol_options: {
       max_concurrent_streams: 100,
       initial_stream_window_size: 65_536,

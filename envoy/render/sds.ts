@@ -15,17 +15,20 @@ export function clientCertSdsConfig(sdsPath: string): JsonObject {
   };
 }
 
-/** The SDS resource file: the client certificate and key, re-read on rotation. */
-export function buildSds(backend: OrderBackendConfig): JsonObject {
+/**
+ * An SDS resource file holding one certificate and its key (the backend client certificate here,
+ * the server certificate in tls.ts), re-read on rotation.
+ */
+export function certificateSds(secret: string, certFile: string, keyFile: string): JsonObject {
   return {
     resources: [typedConfig(TYPE_URL.secret, {
-      name: CLIENT_CERT_SECRET,
+      name: secret,
       tls_certificate: {
-        certificate_chain: { filename: backend.clientCertFile },
-        private_key: { filename: backend.clientKeyFile },
+        certificate_chain: { filename: certFile },
+        private_key: { filename: keyFile },
         // Envoy re-reads both files on any move inside this directory: a Kubernetes `..data`
         // symlink swap or `mv new old`. Writing a file in place is NOT seen (docs/envoy.md).
-        watched_directory: { path: dirname(backend.clientCertFile) },
+        watched_directory: { path: dirname(certFile) },
       },
     })],
   };
@@ -33,12 +36,23 @@ export function buildSds(backend: OrderBackendConfig): JsonObject {
 
 /**
  * Envoy watches only the certificate's directory; a key elsewhere is re-read only when that
- * directory changes.
+ * directory changes. `certVar`/`keyVar`: the settings that named the two files.
  */
-export function sdsWarnings(backend: OrderBackendConfig | undefined): string[] {
-  if (backend === undefined || dirname(backend.clientKeyFile) === dirname(backend.clientCertFile)) return [];
+export function keyDirectoryWarnings(certVar: string, certFile: string, keyVar: string, keyFile: string): string[] {
+  if (dirname(keyFile) === dirname(certFile)) return [];
   return [
-    `EDGE_CLIENT_KEY_FILE is not in the directory of EDGE_CLIENT_CERT_FILE (${dirname(backend.clientCertFile)}); `
+    `${keyVar} is not in the directory of ${certVar} (${dirname(certFile)}); `
     + 'only that directory is watched, so rotate the key before the certificate.',
   ];
+}
+
+/** The SDS resource file of the backend client certificate (EDGE_CLIENT_CERT_FILE/EDGE_CLIENT_KEY_FILE). */
+export function buildSds(backend: OrderBackendConfig): JsonObject {
+  return certificateSds(CLIENT_CERT_SECRET, backend.clientCertFile, backend.clientKeyFile);
+}
+
+/** keyDirectoryWarnings for the backend client certificate. */
+export function sdsWarnings(backend: OrderBackendConfig | undefined): string[] {
+  if (backend === undefined) return [];
+  return keyDirectoryWarnings('EDGE_CLIENT_CERT_FILE', backend.clientCertFile, 'EDGE_CLIENT_KEY_FILE', backend.clientKeyFile);
 }

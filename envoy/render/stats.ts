@@ -14,7 +14,7 @@
 import type { Config } from '../../authz/src/common/config.ts';
 import { ERROR_STATUS } from '../../authz/src/common/errors.ts';
 import { duration, socketAddress, typedExtension, type JsonObject } from './common.ts';
-import { firstRequestDeadline } from './listener.ts';
+import { DOWNSTREAM_CONNECTION_OPTIONS, firstRequestDeadline, REQUEST_HYGIENE } from './listener.ts';
 import { localReplyConfig } from './local-replies.ts';
 import { CLUSTER, FILTER, STATS_LISTENER, STATS_PATH, TYPE_URL } from './names.ts';
 
@@ -29,14 +29,9 @@ function statsConnectionManager(config: Config): JsonObject {
   return typedExtension(FILTER.hcm, TYPE_URL.hcm, {
     stat_prefix: STATS_LISTENER,
     codec_type: 'AUTO',
-    normalize_path: true,
-    merge_slashes: true,
-    path_with_escaped_slashes_action: 'REJECT_REQUEST',
-    server_header_transformation: 'OVERWRITE',
-    server_name: 'edge',
-    request_headers_timeout: '10s',
+    ...REQUEST_HYGIENE,
     request_timeout: duration(STATS_ROUTE_TIMEOUT_MS),
-    common_http_protocol_options: { idle_timeout: '300s', headers_with_underscores_action: 'DROP_HEADER' },
+    common_http_protocol_options: { ...DOWNSTREAM_CONNECTION_OPTIONS },
     // The same error JSON as the client listeners (404 not_found, 503 service_unavailable, …).
     local_reply_config: localReplyConfig(config),
     route_config: {

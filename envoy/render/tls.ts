@@ -10,6 +10,7 @@ import { HEADER } from '../../authz/src/common/contract.ts';
 import { duration, typedConfig, typedExtension, type JsonObject, type RenderOptions, type TypedExtension } from './common.ts';
 import { FIRST_REQUEST_TIMEOUT_MS } from './listener.ts';
 import { LISTENER, SERVER_CERT_SECRET, TYPE_URL, type ListenerName } from './names.ts';
+import { certificateSds, keyDirectoryWarnings } from './sds.ts';
 
 /** The server-certificate SDS file's name, beside the client-certificate one (RenderOptions.sdsPath). */
 export const SERVER_SDS_FILE = 'sds-server-cert.yaml';
@@ -39,25 +40,13 @@ export const EDGE_ALPN = ['h2', 'http/1.1'] as const;
 
 /** The SDS resource file for the server certificate: re-read when its directory changes (a `..data` swap or `mv`). */
 export function buildServerSds(tls: EdgeTlsConfig): JsonObject {
-  return {
-    resources: [typedConfig(TYPE_URL.secret, {
-      name: SERVER_CERT_SECRET,
-      tls_certificate: {
-        certificate_chain: { filename: tls.certFile },
-        private_key: { filename: tls.keyFile },
-        watched_directory: { path: dirname(tls.certFile) },
-      },
-    })],
-  };
+  return certificateSds(SERVER_CERT_SECRET, tls.certFile, tls.keyFile);
 }
 
 /** As sdsWarnings (sds.ts) for the backend client certificate: only the certificate's directory is watched. */
 export function serverSdsWarnings(tls: EdgeTlsConfig | undefined): string[] {
-  if (tls === undefined || dirname(tls.keyFile) === dirname(tls.certFile)) return [];
-  return [
-    `EDGE_TLS_KEY_FILE is not in the directory of EDGE_TLS_CERT_FILE (${dirname(tls.certFile)}); `
-    + 'only that directory is watched, so rotate the key before the certificate.',
-  ];
+  if (tls === undefined) return [];
+  return keyDirectoryWarnings('EDGE_TLS_CERT_FILE', tls.certFile, 'EDGE_TLS_KEY_FILE', tls.keyFile);
 }
 
 /**

@@ -34,7 +34,7 @@ import { rateLimitService } from '../../authz/src/ratelimit/service.ts';
 import { readTokenFile } from '../../authz/src/common/token.ts';
 import { tokenFile } from '../../authz/test/helpers.ts';
 import { createCheckLimiter, withGlobalLimit } from '../../authz/src/ratelimit/check-limit.ts';
-import { PrivateRedis } from '../../authz/test/redis-server.ts';
+import { PrivateRedis } from '../../testkit/redis-server.ts';
 import { envoyBinary, validateBootstrap } from '../envoy-bin.ts';
 import { main as renderCli } from '../render-cli.ts';
 import { CLUSTER, FILTER, RATE_LIMIT_SERVICE_TIMEOUT_MS, rateLimitServiceConfig, renderEnvoy, type JsonObject } from '../render.ts';

@@ -10,9 +10,9 @@ import { join } from 'node:path';
 import type { TLSSocket } from 'node:tls';
 import type { JsonObject } from '../render.ts';
 import { envoyBinary } from '../envoy-bin.ts';
-import { removeTempDir, tempDir as newTempDir } from '../../authz/test/temp-dir.ts';
+import { removeTempDir, tempDir as newTempDir } from '../../testkit/temp-dir.ts';
 
-/** A temp directory removed by `cleanup()`, else at exit (authz/test/temp-dir.ts). */
+/** A temp directory removed by `cleanup()`, else at exit (testkit/temp-dir.ts). */
 export function tempDir(prefix: string): { dir: string; cleanup: () => void } {
   const dir = newTempDir(prefix);
   return { dir, cleanup: () => removeTempDir(dir) };

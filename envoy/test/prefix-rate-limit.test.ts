@@ -27,7 +27,7 @@ import { RedisBuckets } from '../../authz/src/ratelimit/bucket.ts';
 import { createCheckLimiter, withGlobalLimit } from '../../authz/src/ratelimit/check-limit.ts';
 import { decodeRateLimitRequest, encodeRateLimitResponse, type RateLimitRequest } from '../../authz/src/ratelimit/codec.ts';
 import { createRateLimitHandler } from '../../authz/src/ratelimit/service.ts';
-import { PrivateRedis } from '../../authz/test/redis-server.ts';
+import { PrivateRedis } from '../../testkit/redis-server.ts';
 import { envoyBinary, validateBootstrap } from '../envoy-bin.ts';
 import { FILTER, rateLimitServiceConfig, renderEnvoy, type JsonObject } from '../render.ts';
 import { at, httpFilters, request, startEnvoy, startMarketStub, tempDir, type LiveEnvoy, type Reply, type Upstream } from './helpers.ts';

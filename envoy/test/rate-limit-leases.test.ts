@@ -21,7 +21,7 @@ import { ALLOW } from '../../authz/src/authz/decision.ts';
 import { createGrpcServer, type AuthzGrpcServer } from '../../authz/src/authz/grpc-server.ts';
 import { BATCH, RedisBuckets } from '../../authz/src/ratelimit/bucket.ts';
 import { createCheckLimiter, withGlobalLimit } from '../../authz/src/ratelimit/check-limit.ts';
-import { PrivateRedis } from '../../authz/test/redis-server.ts';
+import { PrivateRedis } from '../../testkit/redis-server.ts';
 import { envoyBinary } from '../envoy-bin.ts';
 import { renderEnvoy } from '../render.ts';
 import { request, startEnvoy, startMarketStub, tempDir, type LiveEnvoy, type Upstream } from './helpers.ts';

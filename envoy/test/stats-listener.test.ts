@@ -15,7 +15,7 @@ import YAML, { parse } from 'yaml';
 import { ALLOW } from '../../authz/src/authz/decision.ts';
 import { createGrpcServer, type AuthzGrpcServer } from '../../authz/src/authz/grpc-server.ts';
 import { ConfigError, loadConfig, type Env } from '../../authz/src/common/config.ts';
-import { freePort } from '../../authz/test/redis-server.ts';
+import { freePort } from '../../testkit/redis-server.ts';
 import { ROOT } from '../../deploy/paths.ts';
 import { TOOLS } from '../../deploy/test/tools.ts';
 import { setTimeout as sleep } from 'node:timers/promises';

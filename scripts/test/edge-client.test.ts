@@ -13,7 +13,7 @@ import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { ROOT } from '../../deploy/paths.ts';
-import { removeTempDir, tempDir } from '../../authz/test/temp-dir.ts';
+import { removeTempDir, tempDir } from '../../testkit/temp-dir.ts';
 
 const NODE = join(ROOT, 'scripts/node');
 const KEYS = { EDGE_INGEST_HMAC: `hex:${randomBytes(32).toString('hex')}`, EDGE_FEED_ED25519_KEY: randomBytes(32).toString('hex') };

@@ -9,7 +9,6 @@ import { connect } from 'node:net';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { Registry } from 'prom-client';
 import type { Redis } from 'ioredis';
-import { createRedis } from '../../src/common/adapters/redis.ts';
 import { createLogger } from '../../src/common/log.ts';
 import { createMarketService, idCountExceeds, MAX_HEADER_BYTES, TOO_MANY_IDS, type MarketService } from '../../src/market/http.ts';
 import { LIMIT } from '../../src/common/rules.ts';
@@ -17,35 +16,21 @@ import {
   INVALIDATION_CHANNEL, MARKET_KEY_PREFIX, MARKET_MISS_CACHE_MAX_ENTRIES, PAGE_CACHE_MAX_BYTES, PAGE_CACHE_MAX_ENTRIES, RedisMarketStore,
 } from '../../src/market/redis-store.ts';
 import { MemoryMarketStore, type MarketStore } from '../../src/market/store.ts';
-import { validateDocument, type MarketDocument } from '../../src/common/feed/schema.ts';
-import { PrivateRedis } from '../redis-server.ts';
-import { envelopeFor, marketDoc, newFeedKey } from '../helpers.ts';
+import { PrivateRedis } from '../../../testkit/redis-server.ts';
+import { marketDoc } from '../../../testkit/feed.ts';
+import { cachingStore, doc, env, feed } from './setup.ts';
 
-const feed = newFeedKey();
 const logger = createLogger('silent', new Writable({ write: (_c, _e, cb) => cb() }));
-
-function doc(id: string, seq: number, extra: Record<string, unknown> = {}): MarketDocument {
-  const r = validateDocument(marketDoc(id, seq, extra));
-  assert.ok(r.ok);
-  return r.document;
-}
-const env = (d: object) => envelopeFor(d, feed) as { d: string; s: string; k: 'ed25519-sha256' };
 
 interface Svc { store: MarketStore; svc: MarketService; base: string; redis: Redis }
 
 async function startService(url: string, cacheTtlMs = 2000): Promise<Svc> {
-  const redis = createRedis(url);
-  await new Promise<void>((res) => redis.once('ready', () => res()));
-  const store = new RedisMarketStore(redis, { cacheTtlMs });
+  const { redis, store } = await cachingStore(url, cacheTtlMs);
   const svc = createMarketService({
     store, feedKeys: [feed.publicKey], ingestMaxBytes: 1_048_576, logger, registry: new Registry(),
     readiness: () => ({ authz: true, geoip: true, store: store.ready() }), isSealed: () => false, host: '127.0.0.1', port: 0,
   });
   const port = await svc.listen();
-  // The caches switch on once the invalidation subscription has taken effect (bounded wait: a
-  // busy machine can take longer than the few ms this usually needs).
-  for (const end = Date.now() + 5_000; !store.caching && Date.now() < end;) await sleep(10);
-  assert.ok(store.caching, 'the store subscribed to invalidations within 5 s');
   return { store, svc, base: `http://127.0.0.1:${port}`, redis };
 }
 

@@ -6,23 +6,13 @@
  */
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { setTimeout as sleep } from 'node:timers/promises';
 import type { Redis } from 'ioredis';
-import { createRedis } from '../../src/common/adapters/redis.ts';
 import { RedisMarketStore } from '../../src/market/redis-store.ts';
 import { encodeCursor, MemoryMarketStore, type MarketStore, type Page, type PageKind, type PageQuery } from '../../src/market/store.ts';
-import { validateDocument, type MarketDocument } from '../../src/common/feed/schema.ts';
-import { PrivateRedis } from '../redis-server.ts';
-import { envelopeFor, marketDoc, newFeedKey } from '../helpers.ts';
+import { PrivateRedis } from '../../../testkit/redis-server.ts';
+import { marketDoc } from '../../../testkit/feed.ts';
+import { cachingStore, connectRedis, doc, env } from './setup.ts';
 
-const feed = newFeedKey();
-
-function doc(id: string, seq: number, extra: Record<string, unknown> = {}): MarketDocument {
-  const r = validateDocument(marketDoc(id, seq, extra));
-  assert.ok(r.ok);
-  return r.document;
-}
-const env = (d: object) => envelopeFor(d, feed) as { d: string; s: string; k: 'ed25519-sha256' };
 
 /** The body as the service rendered it before pageBody: string joins of page()'s records. */
 function oldBody(kind: PageKind, page: Page): Buffer {
@@ -70,10 +60,7 @@ describe('page bodies as one Buffer are byte-identical to the joined records', (
   let store: RedisMarketStore;
   before(async () => {
     redisProc = await PrivateRedis.start();
-    redis = createRedis(redisProc.url);
-    await new Promise<void>((res) => redis.once('ready', () => res()));
-    store = new RedisMarketStore(redis, { cacheTtlMs: 60_000 });
-    for (const end = Date.now() + 5_000; !store.caching && Date.now() < end;) await sleep(10);
+    ({ redis, store } = await cachingStore(redisProc.url, 60_000));
     await fill(store);
   });
   after(async () => {
@@ -87,8 +74,7 @@ describe('page bodies as one Buffer are byte-identical to the joined records', (
   });
 
   test('Redis store without the page cache (MARKET_CACHE_TTL_MS=0): the same bytes', async () => {
-    const conn = createRedis(redisProc.url);
-    await new Promise<void>((res) => conn.once('ready', () => res()));
+    const conn = await connectRedis(redisProc.url);
     const direct = new RedisMarketStore(conn, { cacheTtlMs: 0 });
     try {
       await assertIdentical(direct);

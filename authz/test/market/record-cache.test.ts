@@ -10,38 +10,16 @@ import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { Redis } from 'ioredis';
-import { createRedis } from '../../src/common/adapters/redis.ts';
 import {
   INDEX_KEY, INVALIDATION_CHANNEL, MARKET_KEY_PREFIX, PAGE_BODY_CACHE_MAX_BYTES, RECORD_CACHE_MAX_BYTES, RECORD_CACHE_MAX_ENTRIES,
   RedisMarketStore,
 } from '../../src/market/redis-store.ts';
 import { MemoryMarketStore } from '../../src/market/store.ts';
-import { validateDocument, type MarketDocument } from '../../src/common/feed/schema.ts';
-import { PrivateRedis } from '../redis-server.ts';
-import { envelopeFor, marketDoc, newFeedKey } from '../helpers.ts';
+import { PrivateRedis } from '../../../testkit/redis-server.ts';
+import { marketDoc } from '../../../testkit/feed.ts';
+import { cachingStore, doc, env } from './setup.ts';
 
-const feed = newFeedKey();
 
-function doc(id: string, seq: number, extra: Record<string, unknown> = {}): MarketDocument {
-  const r = validateDocument(marketDoc(id, seq, extra));
-  assert.ok(r.ok);
-  return r.document;
-}
-const env = (d: object) => envelopeFor(d, feed) as { d: string; s: string; k: 'ed25519-sha256' };
-
-async function connect(url: string): Promise<Redis> {
-  const r = createRedis(url);
-  await new Promise<void>((res) => r.once('ready', () => res()));
-  return r;
-}
-
-async function storeOn(url: string, cacheTtlMs: number): Promise<{ redis: Redis; store: RedisMarketStore }> {
-  const redis = await connect(url);
-  const store = new RedisMarketStore(redis, { cacheTtlMs });
-  for (const end = Date.now() + 5_000; !store.caching && Date.now() < end;) await sleep(10);
-  assert.ok(store.caching, 'the invalidation subscription took effect');
-  return { redis, store };
-}
 
 /** Script calls Redis has run (the record fetch is the only script a cursor page runs). */
 async function scriptCalls(redis: Redis): Promise<number> {
@@ -56,8 +34,8 @@ describe('record cache: cursor pages assembled from cached records', () => {
   let b: { redis: Redis; store: RedisMarketStore };
   before(async () => {
     redisProc = await PrivateRedis.start();
-    a = await storeOn(redisProc.url, 600_000);
-    b = await storeOn(redisProc.url, 600_000);
+    a = await cachingStore(redisProc.url, 600_000);
+    b = await cachingStore(redisProc.url, 600_000);
   });
   after(async () => {
     for (const s of [a, b]) {
@@ -136,7 +114,7 @@ describe('record cache: cursor pages assembled from cached records', () => {
   });
 
   test('a lost invalidation is bounded by MARKET_CACHE_TTL_MS', async () => {
-    const c = await storeOn(redisProc.url, 150);
+    const c = await cachingStore(redisProc.url, 150);
     try {
       const id = ID('ttl', 0);
       await a.store.put(doc(id, 1), env(marketDoc(id, 1)));
@@ -153,7 +131,7 @@ describe('record cache: cursor pages assembled from cached records', () => {
   });
 
   test(`over ${(RECORD_CACHE_MAX_ENTRIES + 5_000).toLocaleString('en')} markets the record cache stays within its entry and byte bounds, and every page is whole`, async () => {
-    const c = await storeOn(redisProc.url, 600_000);
+    const c = await cachingStore(redisProc.url, 600_000);
     try {
       // Written straight into Redis's layout (the put script's fields): quicker than 25,000 puts.
       const n = RECORD_CACHE_MAX_ENTRIES + 5_000;

@@ -15,8 +15,8 @@ import type { MarketMeta } from '../../src/common/ports.ts';
 import { encodeMarket, type Page } from '../../src/market/store.ts';
 import { validateDocument } from '../../src/common/feed/schema.ts';
 import { FaultProxy } from '../fault-proxy.ts';
-import { PrivateRedis } from '../redis-server.ts';
-import { envelopeFor, marketDoc, newFeedKey } from '../helpers.ts';
+import { PrivateRedis } from '../../../testkit/redis-server.ts';
+import { envelopeFor, marketDoc, newFeedKey } from '../../../testkit/feed.ts';
 
 const feed = newFeedKey();
 const TTL = 2000;

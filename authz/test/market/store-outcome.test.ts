@@ -17,8 +17,8 @@ import { MARKET_KEY_PREFIX, RedisMarketStore, STORE_RESOLVE_MS } from '../../src
 import { STORE_OUTCOME_UNKNOWN_MESSAGE, StoreUnavailableError } from '../../src/market/store.ts';
 import { validateDocument, type MarketDocument } from '../../src/common/feed/schema.ts';
 import { FaultProxy } from '../fault-proxy.ts';
-import { PrivateRedis } from '../redis-server.ts';
-import { envelopeFor, marketDoc, newFeedKey } from '../helpers.ts';
+import { PrivateRedis } from '../../../testkit/redis-server.ts';
+import { envelopeFor, marketDoc, newFeedKey } from '../../../testkit/feed.ts';
 
 const feed = newFeedKey();
 const logger = createLogger('silent', new Writable({ write: (_c, _e, cb) => cb() }));

@@ -6,18 +6,27 @@
 import type { Decision, Header } from '../decision.ts';
 import type { GeoLookup, GeoRecord } from '../../common/ports.ts';
 import { ACCESS_RANK, HEADER, JURISDICTION_NONE, type Access } from '../../common/contract.ts';
+import type { GeoRegionUnknown, GeoUnknown } from '../../common/config/types.ts';
 import { RE } from '../../common/rules.ts';
 import { cidrMatcher, embeddedIpv4, normalizeIp } from '../../common/ip.ts';
 
-export interface GeoPolicy {
+/**
+ * The tier rules a classification applies: the enforced policy's, or a shadow policy's. The
+ * config's TierPolicy with the close-only tier and GEO_REGION_UNKNOWN optional (none; `strictest`).
+ */
+export interface TierRules {
   readonly blockedCountries: ReadonlySet<string>;
   readonly blockedRegions: ReadonlySet<string>;
   /** CLOSE_ONLY_COUNTRIES / CLOSE_ONLY_REGIONS (none when absent). */
   readonly closeOnlyCountries?: ReadonlySet<string>;
   readonly closeOnlyRegions?: ReadonlySet<string>;
-  readonly geoUnknown: 'block' | 'close-only' | 'allow';
-  /** GEO_REGION_UNKNOWN (default `strictest`): a record without subdivision in a country that has a region rule. */
-  readonly geoRegionUnknown?: RegionUnknown | undefined;
+  readonly geoUnknown: GeoUnknown;
+  /** GEO_REGION_UNKNOWN (SHADOW_GEO_REGION_UNKNOWN for a shadow policy); `strictest` when absent. */
+  readonly geoRegionUnknown?: GeoRegionUnknown | undefined;
+}
+
+/** The enforced tier rules with what only the enforced policy has. */
+export interface GeoPolicy extends TierRules {
   readonly geoTrustedCidrs: readonly string[];
   /** A shadow policy's tiers (SHADOW_*): classified beside, never enforced. */
   readonly shadow?: TierRules | undefined;
@@ -38,13 +47,6 @@ export type GeoVerdict =
   | 'close_only_country' | 'close_only_region'
   | 'unknown_blocked' | 'unknown_close_only' | 'unknown_allowed'
   | 'unknown_region';
-
-/**
- * GEO_REGION_UNKNOWN: what a record gets whose country has a region rule but which names no
- * subdivision (docs/api.md "Jurisdiction tiers"): `strictest`, the most restrictive tier among
- * the country's region rules and its own; `country`, the country's own tier.
- */
-export type RegionUnknown = 'strictest' | 'country';
 
 /** One classification. Shared, frozen objects: the classifier never builds one per request. */
 export interface GeoResult {
@@ -105,17 +107,6 @@ export function geoResult(verdict: GeoVerdict, access: Access, country: string |
 
 /** A trusted address's classification (GEO_TRUSTED_CIDRS): full access, no jurisdiction determined. */
 export const GEO_TRUSTED: GeoResult = geoResult('trusted', 'full', null, null, JURISDICTION_NONE);
-
-/** The tier rules a classification applies: the enforced policy's, or a shadow policy's. */
-export interface TierRules {
-  readonly blockedCountries: ReadonlySet<string>;
-  readonly blockedRegions: ReadonlySet<string>;
-  readonly closeOnlyCountries?: ReadonlySet<string>;
-  readonly closeOnlyRegions?: ReadonlySet<string>;
-  readonly geoUnknown: 'block' | 'close-only' | 'allow';
-  /** GEO_REGION_UNKNOWN (SHADOW_GEO_REGION_UNKNOWN for a shadow policy); `strictest` when absent. */
-  readonly geoRegionUnknown?: RegionUnknown | undefined;
-}
 
 const NO_CODES: ReadonlySet<string> = new Set<string>();
 

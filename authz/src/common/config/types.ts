@@ -41,13 +41,19 @@ export type GeoUnknown = 'block' | 'close-only' | 'allow';
  */
 export type GeoRegionUnknown = 'strictest' | 'country';
 
-/** The tier rules of a geo policy: what the enforced policy and a shadow policy each consist of. */
+/**
+ * The tier rules of a geo policy: what the enforced policy (the Config's own fields) and a shadow
+ * policy each consist of.
+ */
 export interface TierPolicy {
   readonly blockedCountries: ReadonlySet<string>;
   readonly blockedRegions: ReadonlySet<string>;
+  /** The close-only tier (CLOSE_ONLY_COUNTRIES/CLOSE_ONLY_REGIONS): reads allowed, orders forwarded marked close-only. */
   readonly closeOnlyCountries: ReadonlySet<string>;
   readonly closeOnlyRegions: ReadonlySet<string>;
+  /** What an address without a country gets: 451, close-only, or full access. */
   readonly geoUnknown: GeoUnknown;
+  /** A record in a country with a region rule but without a subdivision: GEO_REGION_UNKNOWN (default strictest). */
   readonly geoRegionUnknown: GeoRegionUnknown;
 }
 
@@ -80,7 +86,8 @@ export interface OrderBackendConfig {
   readonly maxConnSecs: number;
 }
 
-export interface Config {
+/** The service's settings as loadConfig (load.ts) returns them, frozen; the enforced geo tiers are TierPolicy's fields. */
+export interface Config extends TierPolicy {
   // Ports and addresses
   readonly edgePort: number;
   readonly authzGrpcPort: number;
@@ -190,15 +197,7 @@ export interface Config {
   /** GEOIP_DB_SECONDARY: a second database looked up beside GEOIP_DB, the stricter tier wins; undefined: none. */
   readonly geoipDbSecondary: string | undefined;
   readonly geoipReloadIntervalMs: number;
-  readonly blockedCountries: ReadonlySet<string>;
-  readonly blockedRegions: ReadonlySet<string>;
-  /** The close-only tier (CLOSE_ONLY_COUNTRIES/CLOSE_ONLY_REGIONS): reads allowed, orders forwarded marked close-only. */
-  readonly closeOnlyCountries: ReadonlySet<string>;
-  readonly closeOnlyRegions: ReadonlySet<string>;
-  /** What an address without a country gets: 451, close-only, or full access. */
-  readonly geoUnknown: GeoUnknown;
-  /** A record in a country with a region rule but without a subdivision: GEO_REGION_UNKNOWN (default strictest). */
-  readonly geoRegionUnknown: GeoRegionUnknown;
+  // The enforced tiers (blockedCountries … geoRegionUnknown): TierPolicy's fields.
   /**
    * A candidate policy evaluated beside the enforced one and never enforced (SHADOW_*; docs/
    * operations.md "Changing the geo policy: shadow first"); undefined when no SHADOW_* variable

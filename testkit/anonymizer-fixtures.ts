@@ -8,7 +8,7 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { tempDir } from './temp-dir.ts';
 
-const ROOT = fileURLToPath(new URL('../../', import.meta.url));
+const ROOT = fileURLToPath(new URL('../', import.meta.url));
 const SCRIPT = fileURLToPath(new URL('./fixtures/make-anonymizer-mmdb.py', import.meta.url));
 const PYTHON = join(ROOT, '.venv', 'bin', 'python');
 
