@@ -120,6 +120,7 @@ test('npm start: each bad setting ends it before anything starts, with one line 
     [{ EDGE_PORT: '0' }, 'EDGE_PORT: expected a port in [1, 65535] for npm start, got "0"'],
     [{ STRICT_SETTINGS: '1', RATE_LIMIT_RPS: '-1' }, 'RATE_LIMIT_RPS: expected a known setting (STRICT_SETTINGS=1 refuses unknown ones); did you mean RATE_LIMIT_SCOPE?'],
     [{ STRICT_SETTINGS: 'yes' }, 'STRICT_SETTINGS: expected 1 or 0, got "yes"'],
+    [{ DEV_EDGE_TLS: 'yes' }, 'DEV_EDGE_TLS: expected 1 or 0, got "yes"'],
     // The geo policy file and the settings it replaces are one or the other; a file that cannot be read ends it too.
     [{ GEO_POLICY_FILE: new URL('../deploy/policy/venue-example.yaml', import.meta.url).pathname, BLOCKED_COUNTRIES: 'KP' }, /^GEO_POLICY_FILE: expected no BLOCKED_COUNTRIES beside it \(the file holds the whole geo policy/],
     [{ GEO_POLICY_FILE: '/nonexistent/policy.yaml' }, /^GEO_POLICY_FILE: \/nonexistent\/policy\.yaml: \(file\): expected a readable file, got "ENOENT/],
@@ -141,7 +142,7 @@ test('npm start: each bad setting ends it before anything starts, with one line 
       assert.equal(lines.length, 1, `${what}: one line, no stack trace:\n${procs[i]!.out}`);
       if (typeof r.line === 'string') assert.equal(lines[0], `npm start: ${r.line}`, what);
       else assert.match(lines[0]!.replace(/^npm start: /, ''), r.line, what);
-      assert.ok(!existsSync(join(r.f.runDir, 'redis')) && !existsSync(join(r.f.runDir, 'start.pid')), `${what}: nothing was started`);
+      assert.deepEqual(readdirSync(r.f.runDir), [], `${what}: nothing was started or written (no redis/, start.pid, dev.env)`);
     }
     for (const r of runs) await nothingLeft(r.f);
     process.stdout.write(`# ${runs.length} bad settings refused in ${elapsed} ms (in parallel)\n`);

@@ -271,9 +271,8 @@ if (plan.redisPort === undefined && !blank('REDIS_URL')) {
 // TLS on the client port (DEV_EDGE_TLS=1; README "Development only"): a development server
 // certificate for localhost under the run directory, unless EDGE_TLS_CERT_FILE/KEY_FILE are given.
 let edgeCaFile: string | undefined;
-const devEdgeTls = (env['DEV_EDGE_TLS'] ?? '').trim();
-if (devEdgeTls !== '' && devEdgeTls !== '0' && devEdgeTls !== '1') refuse(new ConfigError('DEV_EDGE_TLS', '1 or 0', devEdgeTls).message);
-if (devEdgeTls === '1' && blank('EDGE_TLS_CERT_FILE') && blank('EDGE_TLS_KEY_FILE')) {
+// DEV_EDGE_TLS was checked with the other settings (preflight.ts), before anything started.
+if (plan.devEdgeTls && blank('EDGE_TLS_CERT_FILE') && blank('EDGE_TLS_KEY_FILE')) {
   const cert = ensureEdgeServerCert(join(RUN, 'pki'));
   Object.assign(env, { EDGE_TLS_CERT_FILE: cert.certFile, EDGE_TLS_KEY_FILE: cert.keyFile });
   edgeCaFile = cert.caFile;

@@ -2,7 +2,7 @@
  * The tests' temporary directories: every one is removed, by the test that made it (after, or
  * finally) and at the latest when its process exits, whatever failed on the way; several hold
  * key material (HMAC and feed key files, development PKIs, Redis data). They are made under
- * os.tmpdir(), i.e. TMPDIR: `npm test` (scripts/test.sh) points it at a directory of its own run and
+ * os.tmpdir(), i.e. TMPDIR: `npm test` (scripts/test-tmpdir.sh) points it at a directory of its own run and
  * fails if anything is left there. With E2E_KEEP set, the removal at exit is skipped (the stacks
  * keep their directories then, for a look after a failed run).
  */

@@ -33,6 +33,8 @@ export interface Plan {
   readonly ports: ReadonlyArray<readonly [setting: string, port: number]>;
   /** Variables that look like settings but are none (reported here, not passed to the TS service). */
   readonly unknown: readonly string[];
+  /** DEV_EDGE_TLS=1: TLS on the client port with a development certificate (unless EDGE_TLS_* are given). */
+  readonly devEdgeTls: boolean;
 }
 
 /** Whether a redis-server can be started here (`redis-server --version` succeeds). */
@@ -49,6 +51,8 @@ export function checkSettings(env: StartEnv, warn: (line: string) => void, hasRe
   for (const u of unknown) warn(`warning: ${u.message}; it is ignored (STRICT_SETTINGS=1 makes this an error)`);
   const redisPort = devInt(env, 'DEV_REDIS_PORT', 6390, 1, 65535);
   const backendPort = devInt(env, 'DEV_BACKEND_PORT', 8443, 0, 65535);
+  const devEdgeTls = (env['DEV_EDGE_TLS'] ?? '').trim();
+  if (devEdgeTls !== '' && devEdgeTls !== '0' && devEdgeTls !== '1') throw new ConfigError('DEV_EDGE_TLS', '1 or 0', devEdgeTls);
   const runsRedis = blank('REDIS_URL') && hasRedisServer();
   // Checked as the TS service will see them: with the REDIS_URL of the redis-server started below
   // (RATE_LIMIT_SCOPE=global needs one; without redis-server, local is the only choice).
@@ -79,5 +83,5 @@ export function checkSettings(env: StartEnv, warn: (line: string) => void, hasRe
     if (other !== undefined) throw new ConfigError(name, `a port other than ${other}'s`, String(port));
     seen.set(port, name);
   }
-  return { config, redisPort: runsRedis ? redisPort : undefined, backendPort: runsBackend ? backendPort : undefined, ports, unknown: unknown.map((u) => u.name) };
+  return { config, redisPort: runsRedis ? redisPort : undefined, backendPort: runsBackend ? backendPort : undefined, ports, unknown: unknown.map((u) => u.name), devEdgeTls: devEdgeTls === '1' };
 }

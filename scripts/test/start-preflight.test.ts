@@ -59,6 +59,8 @@ const refused: Record<string, { env: StartEnv; variable: string; says: RegExp }>
   'a development port that is no integer': { env: { DEV_BACKEND_PORT: '84a3' }, variable: 'DEV_BACKEND_PORT', says: /an integer in \[0, 65535\], got "84a3"/ },
   'a bad service setting (loadConfig)': { env: { AUTHZ_TIMEOUT_MS: 'abc' }, variable: 'AUTHZ_TIMEOUT_MS', says: /an integer/ },
   'an unknown setting with STRICT_SETTINGS=1': { env: { STRICT_SETTINGS: '1', EGDE_PORT: '1' }, variable: 'EGDE_PORT', says: /did you mean EDGE_PORT\?/ },
+  // Checked here with the others: it used to be checked only after Redis and the backend had started and dev.env was written.
+  'DEV_EDGE_TLS neither 1 nor 0': { env: { DEV_EDGE_TLS: 'yes' }, variable: 'DEV_EDGE_TLS', says: /^DEV_EDGE_TLS: expected 1 or 0, got "yes"$/ },
 };
 for (const [name, tc] of Object.entries(refused)) {
   test(`preflight – refused: ${name}`, () => {
@@ -74,6 +76,13 @@ test('preflight – an unknown setting is one warning line and listed in the pla
   assert.deepEqual(lines, ['warning: EGDE_PORT is not a setting (did you mean EDGE_PORT?); it is ignored (STRICT_SETTINGS=1 makes this an error)']);
   assert.deepEqual(plan.unknown, ['EGDE_PORT']);
   assert.equal(plan.config.edgePort, 8080);
+});
+
+test('preflight – DEV_EDGE_TLS: 1 plans TLS on the client port; unset, blank or 0 does not', () => {
+  for (const [value, tls] of [[undefined, false], [' ', false], ['0', false], ['1', true], [' 1 ', true]] as const) {
+    const env: StartEnv = value === undefined ? {} : { DEV_EDGE_TLS: value };
+    assert.equal(checkSettings(env, () => undefined, withoutRedis).devEdgeTls, tls, JSON.stringify(value));
+  }
 });
 
 test('preflight – devInt: unset or blank is the default; in range is taken; anything else names the setting', () => {

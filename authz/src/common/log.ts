@@ -40,7 +40,13 @@ export function logOutput(): pino.DestinationStream {
   out.on('error', () => {
     if (gone) return;
     gone = true;
+    // Nothing is written any more, not even the flush at exit: pino's exit hook calls flushSync,
+    // which in sonic-boom retries every error but EAGAIN/EBUSY forever, 100 ms apart. pino itself
+    // turns these off for EPIPE only; on EIO (a terminal closed) the service never exited, writing
+    // its last lines to the closed terminal ten times a second (issue 32, authz/test/hangup.test.ts).
     out.write = () => true;
+    out.flushSync = () => undefined;
+    out.end = () => undefined;
     process.kill(process.pid, 'SIGHUP');
   });
   return out;
