@@ -51,7 +51,7 @@ export { adminCluster, STATS_ROUTE, statsListener } from './render/stats.ts';
 export { ACCESS_LOG_FORMAT, ACCESS_LOG_PATH_MAX } from './render/access-log.ts';
 export { headerMutationFilter, XFF_RBAC_STAT_PREFIX, xffGuardFilter, xffMessage } from './render/client-address.ts';
 export { authzCluster, backendSni, marketCluster, orderBackendCluster, otlpCluster, rateLimitCluster, sanMatcher } from './render/clusters.ts';
-export { envoyServiceName, OTLP_EXPORT_TIMEOUT_MS, tracingFields, UNTRUSTED_TRACE_HEADERS } from './render/tracing.ts';
+export { ENVOY_MIN_FLUSH_SPANS, envoyServiceName, OTLP_EXPORT_TIMEOUT_MS, tracingFields, tracingRuntime, UNTRUSTED_TRACE_HEADERS } from './render/tracing.ts';
 export { extAuthzFilter, HEADER_PHASE_CONTEXT, headerPhaseFilter, headerPhasePerRoute } from './render/ext-authz.ts';
 export { FIRST_REQUEST_TIMEOUT_MS, firstRequestDeadline, httpConnectionManager, ingestListener, listener } from './render/listener.ts';
 export {

@@ -28,6 +28,14 @@ export const UNTRUSTED_TRACE_HEADERS = [HEADER.traceparent, 'tracestate', 'x-cli
 /** How long one OTLP export may take before Envoy gives it up (the spans of that batch are dropped). */
 export const OTLP_EXPORT_TIMEOUT_MS = 1000;
 
+/**
+ * Spans Envoy's tracer buffers (per worker) before it exports them, where its default is 5: at
+ * every request sampled that was an OTLP export per two requests (bench:edge, docs/benchmarks.md
+ * "Traces"). A batch still goes out every 5 s (`tracing.opentelemetry.flush_interval_ms`'s default)
+ * however few spans it holds.
+ */
+export const ENVOY_MIN_FLUSH_SPANS = 512;
+
 /** Envoy's `service.name`: OTEL_SERVICE_NAME's with `-envoy` (the TS service's spans carry the name itself). */
 export function envoyServiceName(t: TracingConfig): string {
   return `${t.serviceName}-envoy`;
@@ -59,5 +67,20 @@ export function tracingFields(config: Config): JsonObject {
         }),
       },
     },
+  };
+}
+
+/**
+ * The bootstrap's layered_runtime with traces on: a static layer setting the tracer's batch size
+ * (ENVOY_MIN_FLUSH_SPANS), then the admin layer Envoy has when none is configured; undefined
+ * without OTEL_EXPORTER_OTLP_ENDPOINT (no layered_runtime rendered, as before).
+ */
+export function tracingRuntime(config: Config): JsonObject | undefined {
+  if (config.tracing === undefined) return undefined;
+  return {
+    layers: [
+      { name: 'traces', static_layer: { 'tracing.opentelemetry.min_flush_spans': ENVOY_MIN_FLUSH_SPANS } },
+      { name: 'admin', admin_layer: {} },
+    ],
   };
 }

@@ -14,7 +14,7 @@ import { after, describe, test } from 'node:test';
 import { parse } from 'yaml';
 import { loadConfig, type Env } from '../../authz/src/common/config.ts';
 import { validateBootstrap } from '../envoy-bin.ts';
-import { CLUSTER, LISTENER, renderEnvoy, UNTRUSTED_TRACE_HEADERS, type JsonObject } from '../render.ts';
+import { CLUSTER, ENVOY_MIN_FLUSH_SPANS, LISTENER, renderEnvoy, UNTRUSTED_TRACE_HEADERS, type JsonObject } from '../render.ts';
 import { at, clusterNamed, tempDir } from './helpers.ts';
 
 const work = tempDir('edge-envoy-traces-');
@@ -31,7 +31,7 @@ const hcmOf = (b: JsonObject, listener: string): Record<string, unknown> => {
 describe('rendered config with OTEL_EXPORTER_OTLP_ENDPOINT', () => {
   test('without it: no tracer, no otlp cluster, no early header mutation', () => {
     const text = render(BASE);
-    for (const word of ['tracing', 'opentelemetry', 'early_header_mutation', 'request_id_extension', CLUSTER.otlp]) {
+    for (const word of ['tracing', 'opentelemetry', 'early_header_mutation', 'request_id_extension', 'layered_runtime', CLUSTER.otlp]) {
       assert.ok(!new RegExp(`\\b${word}\\b`).test(text), `${word} rendered without the setting`);
     }
   });
@@ -49,6 +49,8 @@ describe('rendered config with OTEL_EXPORTER_OTLP_ENDPOINT', () => {
       assert.deepEqual(at(hcm, 'early_header_mutation_extensions[0].typed_config.mutations'), UNTRUSTED_TRACE_HEADERS.map((h) => ({ remove: h })));
       assert.equal(at(hcm, 'request_id_extension.typed_config.pack_trace_reason'), false);
     }
+    assert.deepEqual(at(b, 'layered_runtime.layers[0].static_layer'), { 'tracing.opentelemetry.min_flush_spans': ENVOY_MIN_FLUSH_SPANS });
+    assert.deepEqual(at(b, 'layered_runtime.layers[1]'), { name: 'admin', admin_layer: {} }, 'the admin layer Envoy has by default stays');
     const otlp = clusterNamed(b, CLUSTER.otlp);
     assert.deepEqual(at(otlp, 'load_assignment.endpoints[0].lb_endpoints[0].endpoint.address.socket_address'), { address: 'otel-collector', port_value: 4317 });
     assert.ok(at(otlp, 'typed_extension_protocol_options') !== undefined, 'HTTP/2 (gRPC) to the receiver');
