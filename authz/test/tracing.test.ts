@@ -10,6 +10,8 @@
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
+import { Writable } from 'node:stream';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { fileURLToPath } from 'node:url';
 import * as grpc from '@grpc/grpc-js';
 import { ConfigError, KNOWN_SETTINGS, loadConfig, unknownSettings, type Env } from '../src/common/config.ts';
@@ -19,6 +21,7 @@ import { ALLOW, deny } from '../src/authz/decision.ts';
 import { traceIdOf } from '../src/authz/decision-log.ts';
 import { createLogger } from '../src/common/log.ts';
 import { startOtlpReceiver, type OtlpReceiver } from '../../e2e/lib/otlp.ts';
+import { freePort } from './redis-server.ts';
 
 const ENDPOINT = 'http://127.0.0.1:4317';
 
@@ -150,4 +153,25 @@ describe('one span per Check, exported to a real OTLP receiver', () => {
     const spans = await receiver.waitFor((s) => s.some((x) => x.traceId === '3'.repeat(32)), 10_000, 'the sampled Check span');
     assert.equal(spans.filter((x) => x.traceId === '1'.repeat(32)).length, 0);
   });
+});
+
+test('a receiver that is not there: the Check is unaffected, the failed export is one warning (throttled), never a throw', async () => {
+  const lines: Record<string, unknown>[] = [];
+  const logger = createLogger('info', new Writable({
+    write: (chunk: Buffer, _e, cb) => {
+      lines.push(JSON.parse(chunk.toString()) as Record<string, unknown>);
+      cb();
+    },
+  }));
+  const port = await freePort();
+  const t = await startTracing(loadConfig({ OTEL_EXPORTER_OTLP_ENDPOINT: `http://127.0.0.1:${port}` }).tracing!, logger, 50);
+  for (let i = 0; i < 3; i++) {
+    const input: AuthzInput = { method: 'GET', path: '/', clientIp: '192.0.2.1', timestamp: undefined, nonce: undefined, signature: undefined, requestId: undefined, body: undefined, phase: undefined, route: 'read' };
+    t.start(new grpc.Metadata(), input).end(input, ALLOW);
+    await sleep(300);
+  }
+  await t.shutdown().catch(() => undefined);
+  const failed = lines.filter((l) => l['msg'] === 'trace export failed (OTEL_EXPORTER_OTLP_ENDPOINT): spans are dropped, requests are not affected');
+  assert.equal(failed.length, 1, `one warning for three failed exports within 10 s: ${JSON.stringify(lines)}`);
+  assert.equal(failed[0]?.['endpoint'], `http://127.0.0.1:${port}`);
 });

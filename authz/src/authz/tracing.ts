@@ -60,8 +60,11 @@ export function rootRule(sampler: TracingConfig['sampler']): RootRule {
   return sampler.endsWith('traceidratio') ? 'ratio' : sampler.endsWith('always_off') ? 'off' : 'on';
 }
 
-/** Loads the SDK and starts the exporter (nothing connects until the first batch). */
-export async function startTracing(config: TracingConfig, logger: Logger): Promise<CheckTracer> {
+/**
+ * Loads the SDK and starts the exporter (nothing connects until the first batch). `batchDelayMs`:
+ * how long a span may wait for its batch (the SDK's default, 5 s, unless a test shortens it).
+ */
+export async function startTracing(config: TracingConfig, logger: Logger, batchDelayMs = 5000): Promise<CheckTracer> {
   const [api, core, sdk, resources, otlp] = await Promise.all([
     import('@opentelemetry/api'),
     import('@opentelemetry/core'),
@@ -77,7 +80,7 @@ export async function startTracing(config: TracingConfig, logger: Logger): Promi
   const provider = new sdk.TracerProvider({
     sampler: new sdk.ParentBasedSampler({ root }),
     resource: resources.resourceFromAttributes({ 'service.name': config.serviceName }),
-    spanProcessors: [new sdk.BatchSpanProcessor({ exporter: new otlp.OTLPTraceExporter({ url: config.endpoint }) })],
+    spanProcessors: [new sdk.BatchSpanProcessor({ exporter: new otlp.OTLPTraceExporter({ url: config.endpoint }), scheduledDelayMillis: batchDelayMs })],
   });
   const tracer = provider.getTracer('edge-authz');
   const { SpanKind, SpanStatusCode, ROOT_CONTEXT, trace } = api;
