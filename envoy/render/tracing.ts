@@ -31,8 +31,8 @@ export const OTLP_EXPORT_TIMEOUT_MS = 1000;
 /**
  * Spans Envoy's tracer buffers (per worker) before it exports them, where its default is 5: at
  * every request sampled that was an OTLP export per two requests (bench:edge, docs/benchmarks.md
- * "Findings: traces on against off"). A batch still goes out every 5 s (`tracing.opentelemetry.flush_interval_ms`'s default)
- * however few spans it holds.
+ * "Findings: traces on against off"). A batch still goes out every 5 s
+ * (`tracing.opentelemetry.flush_interval_ms`'s default) however few spans it holds.
  */
 export const ENVOY_MIN_FLUSH_SPANS = 512;
 
