@@ -2,6 +2,8 @@
  * Traces (OTEL_EXPORTER_OTLP_ENDPOINT; docs/operations.md "Traces"): one server span per Check,
  * the child of the span Envoy's ext_authz filter put in the call's gRPC metadata (`traceparent`),
  * exported with the OpenTelemetry SDK over OTLP/gRPC in batches (BatchSpanProcessor).
+ * `@opentelemetry/sdk-trace` is the SDK's 3.x package, the successor of `sdk-trace-base` (2.x),
+ * and the one the current OTLP exporter (0.301) is built on: one SDK in node_modules, not two.
  *
  * The SDK is loaded by startTracing only (`await import`), which app.ts calls only when the
  * endpoint is set: without it not one OpenTelemetry module is imported, and grpc-server.ts
