@@ -116,8 +116,13 @@ export function createGrpcServer(deps: GrpcDeps): AuthzGrpcServer {
     const span = tracer.start(call.metadata, input);
     decide(input, (d) => {
       deps.observe(input, d, start);
-      span.end(input, d);
       callback(null, reply(input, d));
+      // After the answer, and never able to hold it up or crash the process.
+      try {
+        span.end(input, d);
+      } catch (err) {
+        deps.onError('trace', err);
+      }
     });
   };
 
