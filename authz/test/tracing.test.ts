@@ -20,6 +20,9 @@ import type { AuthzInput } from '../src/authz/codec/request.ts';
 import { ALLOW, deny } from '../src/authz/decision.ts';
 import { traceIdOf } from '../src/authz/decision-log.ts';
 import { createLogger } from '../src/common/log.ts';
+import { createGrpcServer } from '../src/authz/grpc-server.ts';
+import { loadPackageDefinition } from '../../proto/index.ts';
+import { checkRequestObject, decodeCheckResponse, outcomeOf } from './helpers.ts';
 import { startOtlpReceiver, type OtlpReceiver } from '../../e2e/lib/otlp.ts';
 import { freePort } from './redis-server.ts';
 
@@ -174,4 +177,40 @@ test('a receiver that is not there: the Check is unaffected, the failed export i
   const failed = lines.filter((l) => l['msg'] === 'trace export failed (OTEL_EXPORTER_OTLP_ENDPOINT): spans are dropped, requests are not affected');
   assert.equal(failed.length, 1, `one warning for three failed exports within 10 s: ${JSON.stringify(lines)}`);
   assert.equal(failed[0]?.['endpoint'], `http://127.0.0.1:${port}`);
+});
+
+test('the traced Check handler: the span is started with the call\'s metadata and ended with the decision after the answer; a span that throws at its end does not hold the answer', async () => {
+  const seen: { traceparent?: string; decision?: string }[] = [];
+  const errors: string[] = [];
+  const fake: CheckTracer = {
+    start(md) {
+      const entry: { traceparent?: string; decision?: string } = { traceparent: String(md.get('traceparent')[0]) };
+      seen.push(entry);
+      return {
+        end(done, d) {
+          entry.decision = `${done.route}:${d.code}`;
+          throw new Error('exporter bug');
+        },
+      };
+    },
+    shutdown: async () => undefined,
+  };
+  const server = createGrpcServer({ evaluate: () => ALLOW, observe: () => undefined, onError: (where) => errors.push(where), tracer: fake });
+  const port = await server.listen('127.0.0.1', 0);
+  const Ctor = grpc.loadPackageDefinition(loadPackageDefinition())['envoy'] as unknown as Record<string, Record<string, Record<string, Record<string, grpc.ServiceClientConstructor>>>>;
+  const client = new (Ctor['service']!['auth']!['v3']!['Authorization']!)(`127.0.0.1:${port}`, grpc.credentials.createInsecure());
+  try {
+    const md = new grpc.Metadata();
+    md.set('traceparent', `00-${'a'.repeat(32)}-${'b'.repeat(16)}-01`);
+    const res = await new Promise<ReturnType<typeof decodeCheckResponse>>((resolve, reject) => {
+      (client as unknown as { Check: (req: object, md: grpc.Metadata, cb: (err: grpc.ServiceError | null, res: object) => void) => void })
+        .Check(checkRequestObject({ method: 'GET', path: '/v1/markets', contextExtensions: { route: 'read' } }), md, (err, r) => (err ? reject(err) : resolve(r as never)));
+    });
+    assert.equal(outcomeOf(res).status, 200, 'answered although the span threw');
+    assert.deepEqual(seen, [{ traceparent: `00-${'a'.repeat(32)}-${'b'.repeat(16)}-01`, decision: 'read:ok' }]);
+    assert.deepEqual(errors, ['trace']);
+  } finally {
+    client.close();
+    await server.close(100);
+  }
 });
