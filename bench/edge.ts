@@ -3,7 +3,8 @@
  * upstreams (bench/lib/edge-stacks.ts): (1) bare Envoy, (2) the production filters with an
  * allow-all ext_authz (the floor), (3) the full edge with the real TS process, (3*) the same with
  * every request header sent to authz, (4) the full edge with the global rate limit (its bucket taken
- * in the ext_authz Check), (3u) the full edge over Unix domain sockets to the TS process, and the TLS
+ * in the ext_authz Check), (3u) the full edge over Unix domain sockets to the TS process, (3o) the
+ * full edge with traces on (only when BENCH_STACKS names it), and the TLS
  * forms (1t), (2t), (3t) of (1), (2), (3) (bench/lib/edge-tls.ts: their report and the rate of new
  * TLS connections, measured each round). For reads
  * (`GET /v1/markets`, one market) and orders (`POST /v1/orders`, 256-byte payload to the mTLS
@@ -216,6 +217,17 @@ function report(samples: Samples, edge: Edge, machine: string, errors: readonly 
     targets.push([epName(ep), '(3u) Unix sockets ≥ (3) loopback TCP req/s at saturation (UDS the default)',
       `${fmt(udsRatio * 100, 1)} %; CPU µs/req at saturation Envoy ${udsDiff('sat', (x) => x.envoyUs)}, TS process ${udsDiff('sat', (x) => x.authzUs)}, `
       + `all servers ${udsDiff('sat', (x) => x.totalUs)}; p99 ${MODES.includes('fixed') ? 'at 1,000 req/s' : 'at saturation'} ${udsP99 >= 0 ? '+' : ''}${fmt(udsP99, 2)} ms`, met(udsRatio >= 1)]);
+    // Traces on at the default sampler (every request): (3o) against (3) in the same round (docs/operations.md "Traces").
+    if (edge.stacks.some((s) => s.name === '3o')) {
+      const tracedRatio = paired('sat', '3o', '3', ep, (x, y) => x.rps / y.rps);
+      const tracedDiff = (f: (x: Sample) => number): string => {
+        const d = paired('sat', '3o', '3', ep, (x, y) => f(x) - f(y));
+        return `${d >= 0 ? '+' : ''}${fmt(d, 1)}`;
+      };
+      targets.push([epName(ep), '(3o) traces on (every request sampled): req/s against (3) at saturation (a cost to state, no target)',
+        `${fmt(tracedRatio * 100, 1)} %; CPU µs/req Envoy ${tracedDiff((x) => x.envoyUs)}, TS process ${tracedDiff((x) => x.authzUs)}, all servers ${tracedDiff((x) => x.totalUs)} `
+        + '(the receiver\'s own CPU not counted)', 'n/a']);
+    }
     // What `allowedHeaders: minimal` buys over `all`: (3*) − (3) in the same round.
     for (const [mode, label] of [['fixed', 'at 1,000 req/s'], ['sat', 'at saturation']] as const) {
       const diff = (f: (x: Sample) => number): string => fmt(paired(mode, '3*', '3', ep, (x, y) => f(x) - f(y)), 1);

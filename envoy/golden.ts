@@ -19,6 +19,8 @@
  *   tls-client-cert      the same with client certificates required (EDGE_TLS_CLIENT_AUTH=required,
  *                        EDGE_TLS_CLIENT_CA_FILE the development client CA)
  *   proxy-protocol       the same with EDGE_PROXY_PROTOCOL=required
+ *   traces               the same with OTEL_EXPORTER_OTLP_ENDPOINT=http://127.0.0.1:4317 (Envoy's
+ *                        OpenTelemetry tracer, the default sampler)
  *   compose              deploy/docker-compose.yml's `render` one-shot: its environment as the real
  *                        `docker-compose config` interpolates it with no variable set, its arguments
  *   k8s-production       the edge-envoy ConfigMap of deploy/k8s/overlays/production (deploy/k8s/render.ts)
@@ -157,6 +159,10 @@ export const PROFILES: Readonly<Record<string, GoldenProfile>> = {
     render: () => renderNpmStart({ DEV_EDGE_TLS: '1', EDGE_TLS_CLIENT_AUTH: 'required', EDGE_TLS_CLIENT_CA_FILE: join(RUN_DIR, 'pki', 'client-ca.crt') }),
   },
   'proxy-protocol': { what: 'npm start with EDGE_PROXY_PROTOCOL=required', render: () => renderNpmStart({ EDGE_PROXY_PROTOCOL: 'required' }) },
+  traces: {
+    what: 'npm start with OTEL_EXPORTER_OTLP_ENDPOINT=http://127.0.0.1:4317: Envoy\'s OpenTelemetry tracer, the default sampler',
+    render: () => renderNpmStart({ OTEL_EXPORTER_OTLP_ENDPOINT: 'http://127.0.0.1:4317' }),
+  },
   compose: { what: 'deploy/docker-compose.yml\'s render one-shot, no variable set', render: renderCompose },
   'k8s-production': { what: 'the production pod: deploy/k8s/overlays/production, edge-envoy ConfigMap (deploy/k8s/render.ts)', render: renderK8sProduction },
 };

@@ -19,6 +19,8 @@
  *   → lua order body (disabled; enabled on the orders route only:         render/order-body.ts
  *     envoy/order-body-lua.ts)
  *   → router                                                              render/filters.ts
+ * With OTEL_EXPORTER_OTLP_ENDPOINT the client listeners' HCM also gets the OpenTelemetry tracer   render/tracing.ts
+ * (and the early header mutation that drops a client's traceparent), and a cluster `otlp`.
  * With ENVOY_STATS_PORT, a third listener (0.0.0.0) whose one route, GET /stats/prometheus,    render/stats.ts
  * goes to Envoy's loopback admin (cluster `envoy_admin`); anything else there is 404: no filter
  * but the router.
@@ -42,13 +44,14 @@ import { buildServerSds, serverSdsWarnings } from './render/tls.ts';
 export type { AllowedHeaders, Json, JsonObject, RenderedEnvoy, RenderOptions } from './render/common.ts';
 export { canonicalIp, duration } from './render/common.ts';
 export {
-  AUTHZ_HEADERS, CLIENT_CERT_SECRET, CLIENT_IP_HEADER, CLIENT_PORT_HEADER, CLUSTER, FILTER,
+  AUTHZ_HEADERS, CLIENT_CERT_SECRET, CLIENT_IP_HEADER, CLIENT_PORT_HEADER, CLUSTER, FILTER, HCM_EXTENSION,
   INGEST_PATH, LISTENER, ORDER_BODY_LUA, ORDERS_PATH, ROUTE, STATS_LISTENER, STATS_PATH, TYPE_URL, XFF_POLICY,
 } from './render/names.ts';
 export { adminCluster, STATS_ROUTE, statsListener } from './render/stats.ts';
 export { ACCESS_LOG_FORMAT, ACCESS_LOG_PATH_MAX } from './render/access-log.ts';
 export { headerMutationFilter, XFF_RBAC_STAT_PREFIX, xffGuardFilter, xffMessage } from './render/client-address.ts';
-export { authzCluster, backendSni, marketCluster, orderBackendCluster, rateLimitCluster, sanMatcher } from './render/clusters.ts';
+export { authzCluster, backendSni, marketCluster, orderBackendCluster, otlpCluster, rateLimitCluster, sanMatcher } from './render/clusters.ts';
+export { ENVOY_MIN_FLUSH_SPANS, envoyServiceName, OTLP_EXPORT_TIMEOUT_MS, tracingFields, tracingRuntime, UNTRUSTED_TRACE_HEADERS } from './render/tracing.ts';
 export { extAuthzFilter, HEADER_PHASE_CONTEXT, headerPhaseFilter, headerPhasePerRoute } from './render/ext-authz.ts';
 export { FIRST_REQUEST_TIMEOUT_MS, firstRequestDeadline, httpConnectionManager, ingestListener, listener } from './render/listener.ts';
 export {

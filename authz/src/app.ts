@@ -160,8 +160,11 @@ export async function createApp(config: Config, logger: Logger, hooks: { onSeale
   // One seal state for both services: the moment it is set, Checks and market answers are `sealed`.
   const sealState = createSealState();
   if (marker !== undefined) sealState.set();
+  // Traces (OTEL_EXPORTER_OTLP_ENDPOINT): the OpenTelemetry SDK is imported here and only here,
+  // so a service without the setting never loads it (authz/tracing.ts).
+  const tracer = config.tracing === undefined ? undefined : await (await import('./authz/tracing.ts')).startTracing(config.tracing, logger);
   const core = createAuthzCore({
-    config, credentials, geo, geoSecondary, nonces, markets: store, clock: systemClock, logger, metrics, sealState, policy,
+    config, credentials, geo, geoSecondary, nonces, markets: store, clock: systemClock, logger, metrics, sealState, policy, tracer,
     ...(anonymizer === undefined ? {} : { anonymizer }),
     // RateLimitService: served only for an Envoy pointed at it (RATELIMIT_SERVICE_ADDRESS) with the
     // token it sends; otherwise not at all (UNIMPLEMENTED), so nothing else can drain a client's bucket.
@@ -238,6 +241,8 @@ export async function createApp(config: Config, logger: Logger, hooks: { onSeale
       for (const [, path] of socketSettings(config)) removeOwnSocket(path);
       await store.close();
       for (const fn of stops) await fn();
+      // The spans still queued go out (the exporter's timeout bounds it); a failure is only logged.
+      await tracer?.shutdown().catch((err: unknown) => logger.warn({ err: String(err) }, 'trace export at stop failed'));
       policy.close();
       geo?.close();
       geoSecondary?.close();

@@ -20,6 +20,10 @@
  *   (3u) as (3) with Envoy reaching the TS process over Unix domain sockets (AUTHZ_GRPC_SOCKET,
  *       MARKET_SOCKET: the TS process listens on both its TCP ports and the sockets), for the
  *       side-by-side comparison with loopback TCP (docs/envoy.md "Unix domain sockets").
+ *   (3o) as (3) with traces on (OTEL_EXPORTER_OTLP_ENDPOINT, the default sampler: every request):
+ *       Envoy's OpenTelemetry tracer and a third TS process of its own with the SDK, both exporting
+ *       to a local OTLP receiver that drops what it gets (e2e/lib/otlp.ts); started only when
+ *       BENCH_STACKS names it.
  *   (1t), (2t), (3t): (1), (2), (3) with TLS on the client listener (EDGE_TLS_CERT_FILE and
  *       EDGE_TLS_KEY_FILE: a P-256 development certificate, scripts/dev/edge-server-cert.ts), the
  *       production DownstreamTlsContext (envoy/render/tls.ts); bench/lib/edge-tls.ts measures them.
@@ -45,6 +49,7 @@ import { signedIngest } from '../../scripts/edge-client.ts';
 import { forkNode, spawnProgram, type Child } from './child.ts';
 import { edgeRequest, TLS_STACKS } from './edge-tls.ts';
 import { redisPid } from './env.ts';
+import { startOtlpReceiver, type OtlpReceiver } from '../../e2e/lib/otlp.ts';
 
 export type Ep = 'markets' | 'orders';
 export const MARKETS_PATH = '/v1/markets';
@@ -66,7 +71,7 @@ export const CLIENT_HEADERS: Readonly<Record<string, string>> = {
 };
 
 export interface Stack {
-  readonly name: '1' | '2' | '3' | '3*' | '4' | '4-' | '3u' | '1t' | '2t' | '3t';
+  readonly name: '1' | '2' | '3' | '3*' | '4' | '4-' | '3u' | '3o' | '1t' | '2t' | '3t';
   readonly label: string;
   readonly port: number;
   /** The client listener's scheme and address: `https://127.0.0.1:<port>` for (1t)–(3t), else http. */
@@ -124,8 +129,10 @@ async function waitHttp(url: string, ca?: string): Promise<void> {
 export async function startEdge(dir: string, log: (m: string) => void): Promise<Edge> {
   const children: Child[] = [];
   const redis = await PrivateRedis.start();
+  let receiver: OtlpReceiver | undefined;
   const stop = async (): Promise<void> => {
     for (const c of children.reverse()) await c.stop();
+    await receiver?.stop();
     await redis.stop();
   };
   try {
@@ -165,6 +172,25 @@ export async function startEdge(dir: string, log: (m: string) => void): Promise<
     children.push(ts2);
     await waitHttp(`http://127.0.0.1:${marketPort}/`);
     await waitHttp(`http://127.0.0.1:${marketPort2}/`);
+    // BENCH_STACKS: a subset (bench/edge.ts); (3) always, the market is ingested through it.
+    const only = process.env['BENCH_STACKS']?.split(',').map((x) => x.trim());
+    const wanted = (name: Stack['name']): boolean => only === undefined || name === '3' || only.includes(name);
+    // (3o): the OTLP receiver and a TS process with traces on, only when BENCH_STACKS names it (a
+    // full run measures what it measured before).
+    const [grpcPort3, marketPort3, adminPort3] = [await freePort(), await freePort(), await freePort()];
+    let ts3: Child | undefined;
+    const traced: Record<string, string> = {};
+    if (only?.includes('3o') === true) {
+      receiver = await startOtlpReceiver({ discard: true });
+      traced['OTEL_EXPORTER_OTLP_ENDPOINT'] = receiver.endpoint;
+      ts3 = spawnProgram(fileURLToPath(new URL('../../scripts/node', import.meta.url)), [fileURLToPath(new URL('../../authz/src/main.ts', import.meta.url))], {
+        env: withServiceRuntime({ ...process.env, ...base, ...traced, AUTHZ_GRPC_PORT: String(grpcPort3), MARKET_PORT: String(marketPort3), AUTHZ_ADMIN_PORT: String(adminPort3),
+          EDGE_INGEST_HMAC: `hex:${hmacKey.toString('hex')}`, EDGE_FEED_ED25519_PUBLIC_KEY: feedPub }),
+        logFile: join(dir, 'authz-traces.log'),
+      });
+      children.push(ts3);
+      await waitHttp(`http://127.0.0.1:${marketPort3}/`);
+    }
 
     const stacks: Stack[] = [];
     const sdsPath = join(dir, 'sds.yaml');
@@ -176,23 +202,23 @@ export async function startEdge(dir: string, log: (m: string) => void): Promise<
       ['4', '(4) full edge + global rate limit (leases)', grpcPort, ts.pid],
       ['4-', '(4−) full edge + global rate limit, no leases', grpcPort2, ts2.pid],
       ['3u', '(3u) full edge, Unix sockets', grpcPort, ts.pid],
+      ['3o', '(3o) full edge, traces on', grpcPort3, ts3?.pid],
       ['1t', '(1t) bare Envoy, TLS', grpcPort, undefined],
       ['2t', '(2t) floor, TLS', floor.port, floor.pid],
       ['3t', '(3t) full edge, TLS', grpcPort, ts.pid],
     ] as const;
-    // BENCH_STACKS: a subset (bench/edge.ts); (3) always, the market is ingested through it.
-    const only = process.env['BENCH_STACKS']?.split(',').map((x) => x.trim());
-    const wanted = (name: Stack['name']): boolean => only === undefined || name === '3' || only.includes(name);
     const server = TLS_STACKS.some(wanted) ? ensureEdgeServerCert(join(dir, 'edge-tls')) : undefined;
     const serverSdsPath = join(dir, 'sds-server-cert.yaml');
     for (const [name, label, authzPort, authzPid] of variants) {
-      if (!wanted(name)) continue;
+      if (!wanted(name) || (name === '3o' && ts3 === undefined)) continue;
       const [port, envoyAdmin] = [await freePort(), await freePort()];
       const own = name === '4-';
+      const withTraces = name === '3o';
       const tls = (TLS_STACKS as readonly string[]).includes(name) && server !== undefined;
       const config = loadConfig({
         ...base, EDGE_PORT: String(port), ENVOY_ADMIN_PORT: String(envoyAdmin), AUTHZ_GRPC_PORT: String(authzPort),
         ...(own ? { MARKET_PORT: String(marketPort2) } : {}),
+        ...(withTraces ? { ...traced, MARKET_PORT: String(marketPort3) } : {}),
         RATE_LIMIT_SCOPE: name === '4' || name === '4-' ? 'global' : 'local',
         ...(name === '3u' ? sockets : {}),
         ...(tls ? { EDGE_TLS_CERT_FILE: server.certFile, EDGE_TLS_KEY_FILE: server.keyFile } : {}),
@@ -205,7 +231,8 @@ export async function startEdge(dir: string, log: (m: string) => void): Promise<
       if (rendered.sds !== undefined) writeFileSync(sdsPath, rendered.sds);
       const envoy = spawnProgram(envoyBinary(), ['-c', file, '--disable-hot-restart', '--concurrency', '1', '-l', 'error'], { logFile: join(dir, `envoy-${name}.log`) });
       children.push(envoy);
-      stacks.push({ name, label, port, origin: `${tls ? 'https' : 'http'}://127.0.0.1:${port}`, tls, envoy, adminPort: envoyAdmin, authzPid, tsPid: own ? ts2.pid : ts.pid, tsAdminPort: own ? adminPort2 : adminPort });
+      stacks.push({ name, label, port, origin: `${tls ? 'https' : 'http'}://127.0.0.1:${port}`, tls, envoy, adminPort: envoyAdmin, authzPid, tsPid: own ? ts2.pid : withTraces && ts3 !== undefined ? ts3.pid : ts.pid,
+        tsAdminPort: own ? adminPort2 : withTraces ? adminPort3 : adminPort });
     }
     const ca = server?.caFile;
     for (const s of stacks) await waitHttp(`${s.origin}/healthz`, ca);

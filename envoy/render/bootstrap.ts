@@ -9,6 +9,7 @@ import { socketAddress, typedExtension, type JsonObject, type RenderOptions } fr
 import { ingestListener, listener } from './listener.ts';
 import { TYPE_URL } from './names.ts';
 import { adminCluster, statsListener } from './stats.ts';
+import { tracingRuntime } from './tracing.ts';
 
 // The connection cap and the memory actions' thresholds are part of Envoy's memory budget
 // (budget.ts, with the descriptor cap and the container limit: one budget, tested).
@@ -65,6 +66,7 @@ export function buildBootstrap(config: Config, opts: RenderOptions): JsonObject 
   const ingest = ingestListener(config, opts);
   const stats = statsListener(config);
   const admin = adminCluster(config);
+  const runtime = tracingRuntime(config);
   return {
     // Path-based SDS refuses to start without a node id and cluster.
     node: { id: opts.nodeId ?? 'edge-envoy', cluster: 'edge-trading-proxy' },
@@ -77,5 +79,7 @@ export function buildBootstrap(config: Config, opts: RenderOptions): JsonObject 
       clusters: [...clusters(config, opts), ...(admin === undefined ? [] : [admin])],
       ...(rateLimitTokenSecrets(config).length === 0 ? {} : { secrets: rateLimitTokenSecrets(config) }),
     },
+    // OTEL_EXPORTER_OTLP_ENDPOINT only: the tracer's batch size (render/tracing.ts).
+    ...(runtime === undefined ? {} : { layered_runtime: runtime }),
   };
 }

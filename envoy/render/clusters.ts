@@ -223,9 +223,30 @@ export function orderBackendCluster(backend: OrderBackendConfig, opts: RenderOpt
  * Every cluster the config needs: the order backend only when one is configured, the rate limit
  * service only with RATELIMIT_SERVICE_ADDRESS (the TS service takes the global bucket in Check).
  */
+/**
+ * The OTLP/gRPC receiver of OTEL_EXPORTER_OTLP_ENDPOINT (Envoy's OpenTelemetry tracer exports
+ * there; render/tracing.ts): HTTP/2 in plaintext, a small circuit breaker (an export that cannot be
+ * sent is dropped, never queued without bound). Undefined without the setting.
+ */
+export function otlpCluster(config: Config): JsonObject | undefined {
+  const t = config.tracing;
+  if (t === undefined) return undefined;
+  return {
+    name: CLUSTER.otlp,
+    ...discovery(t.host, 'STRICT_DNS'),
+    connect_timeout: '1s',
+    circuit_breakers: thresholds(64),
+    upstream_connection_options: TCP_KEEPALIVE,
+    typed_extension_protocol_options: httpProtocolOptions({ explicit_http_config: { http2_protocol_options: {} } }),
+    load_assignment: loadAssignment(CLUSTER.otlp, t.host, t.port),
+  };
+}
+
 export function clusters(config: Config, opts: RenderOptions): JsonObject[] {
   const all = [authzCluster(config), marketCluster(config, opts)];
   if (config.orderBackend !== undefined) all.push(orderBackendCluster(config.orderBackend, opts));
   if (globalLimitFilter(config)) all.push(rateLimitCluster(config));
+  const otlp = otlpCluster(config);
+  if (otlp !== undefined) all.push(otlp);
   return all;
 }

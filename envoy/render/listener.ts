@@ -10,6 +10,7 @@ import { httpFilters } from './filters.ts';
 import { localReplyConfig } from './local-replies.ts';
 import { CLIENT_IP_HEADER, CLIENT_PORT_HEADER, FILTER, LISTENER, TYPE_URL, type ListenerName } from './names.ts';
 import { routes, STREAM_IDLE_TIMEOUT_MS } from './routes.ts';
+import { tracingFields } from './tracing.ts';
 import { listenerScheme, withClientTransport } from './tls.ts';
 
 /**
@@ -78,6 +79,8 @@ export function httpConnectionManager(config: Config, opts: RenderOptions, name:
       initial_connection_window_size: 1_048_576,
     },
     access_log: [accessLog(opts.accessLogPath)],
+    // OTEL_EXPORTER_OTLP_ENDPOINT: the tracer, its sampling and the trust rule (render/tracing.ts); nothing without it.
+    ...tracingFields(config),
     local_reply_config: localReplyConfig(config),
     route_config: {
       name,

@@ -37,7 +37,11 @@ export const STATS_LISTENER = 'envoy_stats';
 export const STATS_PATH = '/stats/prometheus';
 
 /** `envoy_admin`: Envoy's own admin interface on loopback, the stats listener's upstream. */
-export const CLUSTER = { authz: 'authz', market: 'market', orderBackend: 'order_backend', rateLimit: 'ratelimit', envoyAdmin: 'envoy_admin' } as const;
+export const CLUSTER = {
+  authz: 'authz', market: 'market', orderBackend: 'order_backend', rateLimit: 'ratelimit', envoyAdmin: 'envoy_admin',
+  /** The OTLP/gRPC receiver Envoy's tracer exports to (OTEL_EXPORTER_OTLP_ENDPOINT; render/tracing.ts). */
+  otlp: 'otlp',
+} as const;
 export type ClusterName = (typeof CLUSTER)[keyof typeof CLUSTER];
 
 /**
@@ -94,6 +98,13 @@ export const FILTER = {
   lua: 'envoy.filters.http.lua',
   router: 'envoy.filters.http.router',
 } as const;
+
+/** Extensions of the HttpConnectionManager that are not HTTP filters (render/tracing.ts). */
+export const HCM_EXTENSION = {
+  earlyHeaderMutation: 'envoy.http.early_header_mutation.header_mutation',
+  openTelemetry: 'envoy.tracers.opentelemetry',
+  uuidRequestId: 'envoy.request_id.uuid',
+} as const;
 /** The name of an HTTP filter in the chain (what typed_per_filter_config is keyed on). */
 export type HttpFilterName = Exclude<(typeof FILTER)[keyof typeof FILTER], typeof FILTER.hcm | typeof FILTER.httpInspector>;
 
@@ -138,6 +149,9 @@ export const TYPE_URL = {
   httpInspector: 'type.googleapis.com/envoy.extensions.filters.listener.http_inspector.v3.HttpInspector',
   fixedHeap: 'type.googleapis.com/envoy.extensions.resource_monitors.fixed_heap.v3.FixedHeapConfig',
   credentialInjector: 'type.googleapis.com/envoy.extensions.filters.http.credential_injector.v3.CredentialInjector',
+  earlyHeaderMutation: 'type.googleapis.com/envoy.extensions.http.early_header_mutation.header_mutation.v3.HeaderMutation',
+  openTelemetry: 'type.googleapis.com/envoy.config.trace.v3.OpenTelemetryConfig',
+  uuidRequestId: 'type.googleapis.com/envoy.extensions.request_id.uuid.v3.UuidRequestIdConfig',
   genericCredential: 'type.googleapis.com/envoy.extensions.http.injected_credentials.generic.v3.Generic',
   upstreamCodec: 'type.googleapis.com/envoy.extensions.filters.http.upstream_codec.v3.UpstreamCodec',
   downstreamTls: 'type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.DownstreamTlsContext',

@@ -22,6 +22,7 @@ import type { GrpcServiceRegistration } from '../ratelimit/service.ts';
 import { withGlobalLimit, type CheckLimiter } from '../ratelimit/check-limit.ts';
 import type { Decision } from './decision.ts';
 import { createPendingBodies } from './pending-bodies.ts';
+import type { CheckTracer } from './tracing.ts';
 
 export interface AuthzCoreDeps {
   readonly config: Config;
@@ -47,6 +48,8 @@ export interface AuthzCoreDeps {
   readonly globalLimit?: CheckLimiter;
   /** The geo policy in force (GEO_POLICY_FILE, watched by the app); built from the settings when omitted. */
   readonly policy?: LiveGeoPolicy;
+  /** One span per Check (OTEL_EXPORTER_OTLP_ENDPOINT; started by the app); undefined: no tracing. */
+  readonly tracer?: CheckTracer | undefined;
 }
 
 export interface AuthzCore {
@@ -163,6 +166,7 @@ export function createAuthzCore(deps: AuthzCoreDeps): AuthzCore {
     onError: (where, err) => logger.error({ where, err: String(err) }, 'unexpected error: failed closed'),
     maxBodyBytes: Math.max(config.orderMaxBytes, config.ingestMaxBytes),
     ...(deps.grpcServices === undefined ? {} : { services: deps.grpcServices }),
+    tracer: deps.tracer,
   });
 
   return {

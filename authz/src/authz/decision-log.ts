@@ -13,7 +13,10 @@
  * And what the decision was made with: the GeoIP database's build time (`geoipBuilt`), the geo
  * policy's version (`policy`: GEO_POLICY_FILE's `version`, or `env-…` for the settings) and the
  * W3C trace id of the request (`traceId`, from a well-formed
- * `traceparent` header only; the parent span id and flags are not logged).
+ * `traceparent` only; the parent span id and flags are not logged): with traces on
+ * (OTEL_EXPORTER_OTLP_ENDPOINT) the context Envoy sent in the Check's gRPC metadata, which
+ * authz/tracing.ts puts in AuthzInput.traceparent (the trace Envoy started); without, the
+ * request's header.
  */
 import type { LogDecisions } from '../common/config.ts';
 import { nonceTag } from '../common/log.ts';

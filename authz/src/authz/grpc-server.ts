@@ -19,6 +19,7 @@ import { deny, type Decision } from './decision.ts';
 import { decodeCheckRequest, type AuthzInput } from './codec/request.ts';
 import { encodeDecision, type Serialize } from './codec/response.ts';
 import type { GrpcServiceRegistration } from '../ratelimit/service.ts';
+import type { CheckTracer } from './tracing.ts';
 
 /**
  * The grpc.health.v1 service name a liveness probe asks: SERVING for as long as the process
@@ -47,6 +48,8 @@ export interface GrpcDeps {
   readonly maxBodyBytes?: number;
   /** Services served beside Check on the same port (health and reflection cover them). */
   readonly services?: readonly GrpcServiceRegistration[];
+  /** One span per Check (OTEL_EXPORTER_OTLP_ENDPOINT; authz/tracing.ts); undefined: no tracing. */
+  readonly tracer?: CheckTracer | undefined;
 }
 
 export interface AuthzGrpcServer {
@@ -75,13 +78,8 @@ export function createGrpcServer(deps: GrpcDeps): AuthzGrpcServer {
     },
   } as unknown as grpc.ServiceDefinition;
 
-  const check: grpc.handleUnaryCall<AuthzInput, Decision | Buffer> = (call, callback) => {
-    const start = process.hrtime.bigint();
-    const input = call.request;
-    const done = (d: Decision): void => {
-      deps.observe(input, d, start);
-      callback(null, d.allow ? d : encodeDecision(d, serialize, input.requestId));
-    };
+  /** Runs the decision for `input` and hands it to `done`: any throw or rejection is INTERNAL_DENY. */
+  const decide = (input: AuthzInput, done: (d: Decision) => void): void => {
     let result: Decision | Promise<Decision>;
     try {
       result = deps.evaluate(input);
@@ -98,6 +96,34 @@ export function createGrpcServer(deps: GrpcDeps): AuthzGrpcServer {
     } else {
       done(result);
     }
+  };
+  const reply = (input: AuthzInput, d: Decision): Decision | Buffer => (d.allow ? d : encodeDecision(d, serialize, input.requestId));
+
+  const check: grpc.handleUnaryCall<AuthzInput, Decision | Buffer> = (call, callback) => {
+    const start = process.hrtime.bigint();
+    const input = call.request;
+    decide(input, (d) => {
+      deps.observe(input, d, start);
+      callback(null, reply(input, d));
+    });
+  };
+  // With traces on (OTEL_EXPORTER_OTLP_ENDPOINT) a handler of its own, so the one without costs
+  // nothing per Check: the span starts before the decision and ends with it (authz/tracing.ts).
+  const tracer = deps.tracer;
+  const tracedCheck: grpc.handleUnaryCall<AuthzInput, Decision | Buffer> | undefined = tracer === undefined ? undefined : (call, callback) => {
+    const start = process.hrtime.bigint();
+    const input = call.request;
+    const span = tracer.start(call.metadata, input);
+    decide(input, (d) => {
+      deps.observe(input, d, start);
+      callback(null, reply(input, d));
+      // After the answer, and never able to hold it up or crash the process.
+      try {
+        span.end(input, d);
+      } catch (err) {
+        deps.onError('trace', err);
+      }
+    });
   };
 
   const server = new grpc.Server({
@@ -118,7 +144,7 @@ export function createGrpcServer(deps: GrpcDeps): AuthzGrpcServer {
   }
   h2opts['streamResetBurst'] = 1_000_000;
   h2opts['streamResetRate'] = 1_000_000;
-  server.addService(leanService, { Check: check });
+  server.addService(leanService, { Check: tracedCheck ?? check });
   const extra = deps.services ?? [];
   for (const svc of extra) server.addService(svc.definition, svc.implementation);
   const health = new HealthImplementation({

@@ -16,11 +16,11 @@
  */
 export {
   ANONYMIZER_ROUTES, CLIENT_AUTH_MODES, ConfigError, DEFAULT_ANONYMIZER_FLAGS, DEFAULT_ANONYMIZER_POLICY, DEFAULT_GEO_NOTICE,
-  DEFAULT_GEOIP_DB, ENVOY_NON_HEAP_MB, GEO_POLICY_SETTINGS, LOG_DECISIONS, PROXY_PROTOCOL_MODES, SHADOW_SETTINGS,
+  DEFAULT_GEOIP_DB, DEFAULT_OTEL_SERVICE_NAME, ENVOY_NON_HEAP_MB, GEO_POLICY_SETTINGS, LOG_DECISIONS, OTEL_SAMPLERS, PROXY_PROTOCOL_MODES, SHADOW_SETTINGS,
 } from './config/types.ts';
 export type {
   AnonymizerConfig, AnonymizerRoute, ClientAuth, Config, EdgeTlsConfig, Env, GeoRegionUnknown, GeoUnknown, LogDecisions,
-  OrderBackendConfig, ProxyProtocol, TierPolicy,
+  OrderBackendConfig, OtelSampler, ProxyProtocol, TierPolicy, TracingConfig,
 } from './config/types.ts';
 export { loadConfig } from './config/load.ts';
 export { configWarnings } from './config/warnings.ts';

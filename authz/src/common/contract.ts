@@ -39,6 +39,9 @@ export const HEADER = {
   /**
    * W3C Trace Context (`00-<trace-id>-<parent-id>-<flags>`): sent to authz so the decision log
    * names the trace (authz/decision-log.ts traceIdOf); forwarded upstream as the client sent it.
+   * With traces on (OTEL_EXPORTER_OTLP_ENDPOINT) a client's is removed before anything reads it,
+   * and the one upstreams get, and the one in the Check's gRPC metadata, are Envoy's
+   * (envoy/render/tracing.ts).
    */
   traceparent: 'traceparent',
   /** To the order backend, from the accepted order's envelope. */

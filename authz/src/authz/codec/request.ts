@@ -35,7 +35,10 @@ export interface AuthzInput {
   nonce: string | undefined;
   signature: string | undefined;
   requestId: string | undefined;
-  /** The `traceparent` header as sent (for the decision log's traceId only; never trusted for anything). */
+  /**
+   * The `traceparent` header as sent, or with traces on the Check span's context (authz/tracing.ts):
+   * for the decision log's traceId only; never trusted for anything.
+   */
   traceparent?: string;
   /** Raw body bytes (`raw_body`, pack_as_bytes) or, failing that, the UTF-8 `body` string's bytes. */
   body: Buffer | undefined;

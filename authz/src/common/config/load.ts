@@ -10,6 +10,7 @@ import {
 import {
   anonymizerSettings, countries, edgeTlsSettings, geoPolicyFileSetting, geoRegionUnknownSetting, geoUnknownSetting, hostPort,
   ingestListener, int, isLogDecisions, list, oneTier, parseBackend, port, rateLimitScope, regions, shadowPolicy, socketSetting, statsPort, str,
+  tracingSettings,
 } from './parse.ts';
 
 /** Parses and validates every non-secret setting. Throws ConfigError on the first bad one. */
@@ -180,6 +181,7 @@ export function loadConfig(env: Env = process.env): Config {
     logLevel,
     logDecisions,
     workers,
+    tracing: tracingSettings(env),
 
     edgeTls: edgeTls.tls,
     proxyProtocol: edgeTls.proxyProtocol,

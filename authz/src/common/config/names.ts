@@ -40,11 +40,12 @@ export const KNOWN_SETTINGS: ReadonlySet<string> = new Set([
 
 /**
  * The project's prefixes: the first word of every known setting (EDGE_, AUTHZ_, RATE_, GEO_, …),
- * except those of other programs' variables (NODE_ is Node's: NODE_ENV, NODE_OPTIONS, …).
+ * except those of other programs' variables (NODE_ is Node's: NODE_ENV, NODE_OPTIONS, …; OTEL_ is
+ * OpenTelemetry's, whose SDK in the service also reads its own, e.g. OTEL_EXPORTER_OTLP_HEADERS).
  */
 export const SETTING_PREFIXES: readonly string[] = [...new Set(
   [...KNOWN_SETTINGS].filter((n) => n.includes('_')).map((n) => `${n.slice(0, n.indexOf('_'))}_`),
-)].filter((p) => p !== 'NODE_').sort();
+)].filter((p) => p !== 'NODE_' && p !== 'OTEL_').sort();
 
 /** Optimal string alignment distance (Levenshtein plus adjacent transpositions). */
 function editDistance(a: string, b: string): number {

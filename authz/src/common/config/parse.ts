@@ -8,8 +8,8 @@ import { RE } from '../rules.ts';
 import { ANONYMIZER_FLAGS, type AnonymizerFlag } from '../ports.ts';
 import { socketPathProblem } from '../unix-socket.ts';
 import {
-  ANONYMIZER_ROUTES, CLIENT_AUTH_MODES, ConfigError, DEFAULT_ANONYMIZER_FLAGS, DEFAULT_ANONYMIZER_POLICY, GEO_POLICY_SETTINGS, LOG_DECISIONS,
-  PROXY_PROTOCOL_MODES, SHADOW_SETTINGS,
+  ANONYMIZER_ROUTES, CLIENT_AUTH_MODES, ConfigError, DEFAULT_ANONYMIZER_FLAGS, DEFAULT_ANONYMIZER_POLICY, DEFAULT_OTEL_SERVICE_NAME, GEO_POLICY_SETTINGS,
+  LOG_DECISIONS, OTEL_SAMPLERS, PROXY_PROTOCOL_MODES, SHADOW_SETTINGS, type OtelSampler, type TracingConfig,
   type AnonymizerConfig, type AnonymizerRoute, type ClientAuth, type EdgeTlsConfig, type Env, type GeoRegionUnknown, type GeoUnknown,
   type LogDecisions, type OrderBackendConfig, type ProxyProtocol, type TierPolicy,
 } from './types.ts';
@@ -295,4 +295,52 @@ export function statsPort(env: Env, taken: Readonly<Record<string, number | unde
     if (other === p) throw new ConfigError('ENVOY_STATS_PORT', `a port other than ${name} (${other})`, raw);
   }
   return p;
+}
+
+/** The settings that only mean something with OTEL_EXPORTER_OTLP_ENDPOINT. */
+const OTEL_DEPENDENT = ['OTEL_EXPORTER_OTLP_PROTOCOL', 'OTEL_TRACES_SAMPLER', 'OTEL_TRACES_SAMPLER_ARG', 'OTEL_SERVICE_NAME'] as const;
+
+/**
+ * Traces: OTEL_EXPORTER_OTLP_ENDPOINT (`http://host:port`, OTLP over gRPC: what Envoy's tracer
+ * speaks natively), OTEL_EXPORTER_OTLP_PROTOCOL (only `grpc`), OTEL_TRACES_SAMPLER(_ARG) and
+ * OTEL_SERVICE_NAME, as the OpenTelemetry specification defines them. Every name is read
+ * whatever is set; without the endpoint the others are refused (they would do nothing).
+ */
+export function tracingSettings(env: Env): TracingConfig | undefined {
+  const raw = str(env, 'OTEL_EXPORTER_OTLP_ENDPOINT');
+  const given = Object.fromEntries(OTEL_DEPENDENT.map((n) => [n, str(env, n)])) as Record<(typeof OTEL_DEPENDENT)[number], string | undefined>;
+  if (raw === undefined) {
+    for (const [name, v] of Object.entries(given)) {
+      if (v !== undefined) throw new ConfigError(name, 'to be set only with OTEL_EXPORTER_OTLP_ENDPOINT (without it nothing is traced)', v);
+    }
+    return undefined;
+  }
+  const expected = 'http://host:port of an OTLP/gRPC receiver (e.g. http://127.0.0.1:4317; no path; TLS to the collector is not supported: run it beside the edge)';
+  // Scheme, host and an explicit port only (`http://collector:80` too, which URL would elide).
+  const m = /^http:\/\/(\[[0-9a-fA-F:.]+\]|[A-Za-z0-9.-]+):([0-9]{1,5})\/?$/.exec(raw);
+  const port = Number(m?.[2]);
+  const host = (m?.[1] ?? '').replace(/^\[(.*)\]$/, '$1');
+  if (m === null || port < 1 || port > 65535 || (m[1]!.startsWith('[') && isIP(host) !== 6)) {
+    throw new ConfigError('OTEL_EXPORTER_OTLP_ENDPOINT', expected, raw);
+  }
+  const protocol = given.OTEL_EXPORTER_OTLP_PROTOCOL?.toLowerCase();
+  if (protocol !== undefined && protocol !== 'grpc') {
+    throw new ConfigError('OTEL_EXPORTER_OTLP_PROTOCOL', '"grpc" (Envoy\'s tracer and the service both export OTLP over gRPC), or unset', protocol);
+  }
+  const sampler = (given.OTEL_TRACES_SAMPLER?.toLowerCase() ?? 'parentbased_always_on') as OtelSampler;
+  if (!(OTEL_SAMPLERS as readonly string[]).includes(sampler)) throw new ConfigError('OTEL_TRACES_SAMPLER', OTEL_SAMPLERS.join('|'), sampler);
+  const arg = given.OTEL_TRACES_SAMPLER_ARG;
+  const ratioSampler = sampler.endsWith('traceidratio');
+  if (arg !== undefined && !ratioSampler) {
+    throw new ConfigError('OTEL_TRACES_SAMPLER_ARG', 'to be set only with OTEL_TRACES_SAMPLER=traceidratio or parentbased_traceidratio (the other samplers take no argument)', arg);
+  }
+  if (arg !== undefined && !(/^(0|1|0?\.[0-9]+|1\.0*|0\.)$/.test(arg) && Number(arg) <= 1)) {
+    throw new ConfigError('OTEL_TRACES_SAMPLER_ARG', 'a number from 0 to 1 (the fraction of new traces sampled, e.g. 0.01)', arg);
+  }
+  const ratio = ratioSampler ? (arg === undefined ? 1 : Number(arg)) : sampler.endsWith('always_off') ? 0 : 1;
+  const serviceName = given.OTEL_SERVICE_NAME ?? DEFAULT_OTEL_SERVICE_NAME;
+  if (!/^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$/.test(serviceName)) {
+    throw new ConfigError('OTEL_SERVICE_NAME', 'a name of letters, digits, ".", "_" and "-", at most 63 characters (Envoy\'s spans get "<it>-envoy")', serviceName);
+  }
+  return Object.freeze({ endpoint: raw, host, port, sampler, ratio, serviceName });
 }

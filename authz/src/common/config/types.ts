@@ -69,6 +69,38 @@ export const GEO_POLICY_SETTINGS = [
   ...SHADOW_SETTINGS, 'ANONYMIZER_FLAGS', 'ANONYMIZER_POLICY',
 ] as const;
 
+/**
+ * OTEL_TRACES_SAMPLER: the OpenTelemetry specification's sampler names this edge implements
+ * (jaeger_remote and xray are not); the spec's default is parentbased_always_on.
+ */
+export const OTEL_SAMPLERS = [
+  'always_on', 'always_off', 'traceidratio', 'parentbased_always_on', 'parentbased_always_off', 'parentbased_traceidratio',
+] as const;
+export type OtelSampler = (typeof OTEL_SAMPLERS)[number];
+/** OTEL_SERVICE_NAME's default: the TS service's `service.name`; Envoy's spans are `<it>-envoy`'s. */
+export const DEFAULT_OTEL_SERVICE_NAME = 'edge';
+
+/**
+ * Traces (OTEL_EXPORTER_OTLP_ENDPOINT and the settings that only mean something with it;
+ * docs/operations.md "Traces"): Envoy's OpenTelemetry tracer and the TS service both export
+ * OTLP/gRPC there.
+ */
+export interface TracingConfig {
+  /** The collector as given: `http://host:port` (OTLP over gRPC, plaintext). */
+  readonly endpoint: string;
+  readonly host: string;
+  readonly port: number;
+  readonly sampler: OtelSampler;
+  /**
+   * The fraction of new traces Envoy samples: 1 for *always_on, 0 for *always_off, the
+   * OTEL_TRACES_SAMPLER_ARG (default 1) for *traceidratio. Envoy starts every trace (a client's
+   * traceparent is never honoured), so `parentbased_` changes nothing there.
+   */
+  readonly ratio: number;
+  /** `service.name` of the TS service's spans; Envoy's are `<serviceName>-envoy`'s. */
+  readonly serviceName: string;
+}
+
 /** LOG_DECISIONS: which authz decisions are logged (docs/operations.md "Decision log"). */
 export const LOG_DECISIONS = ['all', 'denials', 'off'] as const;
 export type LogDecisions = (typeof LOG_DECISIONS)[number];
@@ -264,6 +296,12 @@ export interface Config extends TierPolicy {
    */
   readonly logDecisions: LogDecisions;
   readonly workers: number;
+  /**
+   * OpenTelemetry traces (OTEL_EXPORTER_OTLP_ENDPOINT, OTEL_TRACES_SAMPLER(_ARG),
+   * OTEL_SERVICE_NAME); undefined (no endpoint): no tracer in Envoy's config and the SDK is not
+   * even loaded by the service.
+   */
+  readonly tracing: TracingConfig | undefined;
 
   // TLS on the client listener, client certificates, PROXY protocol (docs/envoy.md "TLS on the client listener")
   /** EDGE_TLS_CERT_FILE and EDGE_TLS_KEY_FILE (both or neither): EDGE_PORT serves TLS only; undefined: plaintext HTTP. */
