@@ -12,7 +12,7 @@
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { createPublicKey, randomBytes } from 'node:crypto';
-import { geoFixtures } from '../authz/test/geo-fixtures.ts';
+import { geoFixtures } from '../testkit/geo-fixtures.ts';
 import { CHECK_SPAN_NAME, SPAN_ATTRIBUTE } from '../authz/src/authz/tracing.ts';
 import { DEFAULT_OTEL_SERVICE_NAME } from '../authz/src/common/config.ts';
 import { CLUSTER } from '../envoy/render.ts';

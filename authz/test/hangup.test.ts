@@ -15,8 +15,8 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { DEFAULT_GEOIP_DB } from '../src/common/config.ts';
-import { newFeedKey } from './helpers.ts';
-import { freePort } from './redis-server.ts';
+import { newFeedKey } from '../../testkit/feed.ts';
+import { freePort } from '../../testkit/redis-server.ts';
 import { ServiceChild } from './service-child.ts';
 
 async function startService(geoipDb: string): Promise<ServiceChild> {

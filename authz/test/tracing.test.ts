@@ -22,9 +22,9 @@ import { traceIdOf } from '../src/authz/decision-log.ts';
 import { createLogger } from '../src/common/log.ts';
 import { createGrpcServer } from '../src/authz/grpc-server.ts';
 import { loadPackageDefinition } from '../../proto/index.ts';
-import { checkRequestObject, decodeCheckResponse, outcomeOf } from './helpers.ts';
+import { checkRequestObject, decodeCheckResponse, outcomeOf } from '../../testkit/check-request.ts';
 import { startOtlpReceiver, type OtlpReceiver } from '../../e2e/lib/otlp.ts';
-import { freePort } from './redis-server.ts';
+import { freePort } from '../../testkit/redis-server.ts';
 
 const ENDPOINT = 'http://127.0.0.1:4317';
 
