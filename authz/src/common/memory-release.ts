@@ -12,6 +12,14 @@
  * `maxUtilization` of the last interval (no burst in progress: the pause, tens of ms on a
  * ~40 MB heap, then falls where no request waits), and at most once per `minGapMs`. Under
  * sustained load it never runs; the young generation and V8's own heuristics work as before.
+ *
+ * The interval looks back: load that resumes just before the check (a quiet replica put back
+ * behind the balancer, a feed that starts again) would meet the 70–90-ms pause (measured on a
+ * 50–80 MB heap in bench:edge, 2026-11-27: the releases fell at the start of fixed-rate runs and
+ * every request then in flight waited for it). So a check that passes is confirmed over a short
+ * window first: the collection runs only if the loop was busy at most `quietNowUtilization` of
+ * the next `confirmMs` (at 1,000 requests/s it is busy ~20–30 % of any window; an idle process
+ * under 1 %), else it waits for the next check.
  */
 import { performance } from 'node:perf_hooks';
 import { getHeapStatistics, setFlagsFromString } from 'node:v8';
@@ -22,11 +30,16 @@ export interface MemoryReleaseOptions {
   readonly slackBytes: number;
   readonly maxUtilization: number;
   readonly minGapMs: number;
+  /** The window that confirms the process is quiet now, right before the collection. */
+  readonly confirmMs: number;
+  /** The most the loop may be busy in that window (0..1). */
+  readonly quietNowUtilization: number;
   readonly onRelease?: (before: { heapTotal: number; heapUsed: number }, after: { heapTotal: number; heapUsed: number }, pauseMs: number) => void;
 }
 
 export const MEMORY_RELEASE_DEFAULTS: MemoryReleaseOptions = {
   intervalMs: 5_000, slackBytes: 16 * 1_048_576, maxUtilization: 0.2, minGapMs: 30_000,
+  confirmMs: 250, quietNowUtilization: 0.02,
 };
 
 type GcFn = (options: { type: 'major'; execution: 'sync'; flavor: 'last-resort' }) => void;
@@ -47,21 +60,36 @@ export function startMemoryRelease(opts: MemoryReleaseOptions = MEMORY_RELEASE_D
   let last = performance.eventLoopUtilization();
   let lastRelease = -Infinity;
   let baseline = getHeapStatistics().total_heap_size;
-  const timer = setInterval(() => {
-    const now = performance.eventLoopUtilization();
-    const busy = performance.eventLoopUtilization(now, last).utilization;
-    last = now;
+  let confirming: NodeJS.Timeout | undefined;
+  const release = (): void => {
     const h = getHeapStatistics();
     const t = performance.now();
-    if (busy > opts.maxUtilization || h.total_heap_size - baseline < opts.slackBytes || t - lastRelease < opts.minGapMs) return;
     collect({ type: 'major', execution: 'sync', flavor: 'last-resort' });
     lastRelease = performance.now();
     const a = getHeapStatistics();
     baseline = a.total_heap_size;
     opts.onRelease?.({ heapTotal: h.total_heap_size, heapUsed: h.used_heap_size }, { heapTotal: a.total_heap_size, heapUsed: a.used_heap_size }, lastRelease - t);
-    // The collection's own time is not load: measure the next interval from here.
-    last = performance.eventLoopUtilization();
+  };
+  const timer = setInterval(() => {
+    const now = performance.eventLoopUtilization();
+    const busy = performance.eventLoopUtilization(now, last).utilization;
+    last = now;
+    if (confirming !== undefined) return;
+    const h = getHeapStatistics();
+    if (busy > opts.maxUtilization || h.total_heap_size - baseline < opts.slackBytes || performance.now() - lastRelease < opts.minGapMs) return;
+    const from = performance.eventLoopUtilization();
+    confirming = setTimeout(() => {
+      confirming = undefined;
+      if (performance.eventLoopUtilization(performance.eventLoopUtilization(), from).utilization > opts.quietNowUtilization) return;
+      release();
+      // The collection's own time is not load: measure the next interval from here.
+      last = performance.eventLoopUtilization();
+    }, opts.confirmMs);
+    confirming.unref();
   }, opts.intervalMs);
   timer.unref();
-  return () => clearInterval(timer);
+  return () => {
+    clearInterval(timer);
+    if (confirming !== undefined) clearTimeout(confirming);
+  };
 }
