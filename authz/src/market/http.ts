@@ -183,11 +183,12 @@ export function parseTarget(raw: string): Target {
 }
 
 /**
- * Buffers that pages assembled per request (a `limit` over ~150: PageParts) are written from.
- * Allocating ~800 KB per 500-market page and dropping it cost more than the copy (an mmap'd
- * allocation's page faults, and external memory that brings V8's collections forward); a
- * buffer is reused once the socket has taken the write. At most BODY_POOL_BUFFERS are kept,
- * none larger than BODY_POOL_MAX_BYTES, and all are dropped after BODY_POOL_IDLE_MS unused.
+ * Buffers that pages assembled per request (a `limit` over ~150: PageParts) are written from,
+ * reused once the socket has taken the write. An 800 KB body allocated per response and dropped
+ * cost a plain node:http server ~500–630 µs of CPU per response against ~300–370 µs from a reused
+ * buffer and ~380–400 µs for the ~1,000 parts written corked one by one (loopback, 8 in flight,
+ * 2026-11-27; docs/benchmarks.md "Costly requests"). At most BODY_POOL_BUFFERS are kept, none
+ * larger than BODY_POOL_MAX_BYTES, and all are dropped after BODY_POOL_IDLE_MS unused.
  */
 export const BODY_POOL_BUFFERS = 4;
 export const BODY_POOL_MAX_BYTES = 2 * 1_048_576;
