@@ -44,10 +44,10 @@ import type { Envelope } from '../common/feed/envelope.ts';
 import type { MarketDocument } from '../common/feed/schema.ts';
 import type { MarketMeta } from '../common/ports.ts';
 import {
-  encodeMarket, metaOfItem, pageBodyBytes, pageEtag, pageOfIds, StoreOutcomeUnknownError, StoreUnavailableError,
+  encodeMarket, metaOfItem, pageBodyBytes, pageEtag, pageOfIds, pagePartsBody, StoreOutcomeUnknownError, StoreUnavailableError,
   type MarketStore, type Page, type PageBody, type PageItem, type PageKind, type PageQuery, type PutResult,
 } from './store.ts';
-import { TtlCache } from './ttl-cache.ts';
+import { AdmissionFilter, TtlCache } from './ttl-cache.ts';
 
 export const MARKET_KEY_PREFIX = 'edge:market:';
 /** SHA-1 (hex) of '' : the versions of an empty page, as Redis's sha1hex gives it. */
@@ -180,6 +180,17 @@ export const PAGE_CACHE_MAX_BYTES = 32 * 1_048_576;
 const PAGE_ENTRY_OVERHEAD_BYTES = 512;
 const PAGE_MARKET_OVERHEAD_BYTES = 96;
 
+/**
+ * Page-cache admission: a page read from Redis is cached only if its key was read before (it is
+ * in an AdmissionFilter of this many slots, 4 bytes each), or it is a refresh of a cached page.
+ * A popular page is cached from its second read on; a flood of distinct one-off queries (the
+ * page-cache attack: `conditionId=<known>,<unknown-i>`) is cached not at all, so it neither pushes
+ * out the pages in use nor leaves entries that outlive V8's young generation (what made RSS grow by
+ * ~70 MB over 10^5 such queries: docs/benchmarks.md, "Market service memory"). The table is not
+ * cleared by invalidations: a page read before one is cached again from its next read.
+ */
+export const PAGE_ADMISSION_SLOTS = 16_384;
+
 /** The bytes a cached page is charged (see PAGE_CACHE_MAX_BYTES). */
 export function pageCacheBytes(key: string, page: Page): number {
   let chars = 0;
@@ -222,14 +233,35 @@ const RECORD_OVERHEAD_BYTES = 320;
 
 /** One market's stored record as the record cache holds it. */
 interface MarketRecord {
-  readonly seq: string;
+  /** `<conditionId>:<seq>` (ids and digits: one byte a character), the record's part of the ETag's versions digest. */
+  readonly tag: string;
   readonly item: Buffer;
   readonly quotes: Buffer;
 }
 
 /** The bytes a cached record is charged: the key (Latin-1), its Buffers and the fixed overhead. */
 export function recordCacheBytes(id: string, r: MarketRecord): number {
-  return RECORD_OVERHEAD_BYTES + 2 * id.length + r.seq.length + r.item.length + r.quotes.length;
+  return RECORD_OVERHEAD_BYTES + 2 * id.length + r.tag.length + r.item.length + r.quotes.length;
+}
+
+/** Where `versionsOf` joins a page's tags: reused (the digest is computed synchronously), grown when a page needs more. */
+let tagScratch = Buffer.allocUnsafeSlow(64 * 1024);
+
+/**
+ * The versions digest of a page (SHA-1, hex, of its records' `<id>:<seq>` tags joined by ','), as
+ * `versionsDigest` computes it: the tags (one byte a character: the conditionId pattern and digits)
+ * are written into one reused buffer and hashed once, with no joined string per page.
+ */
+function versionsOf(tags: readonly string[]): string {
+  let size = Math.max(0, tags.length - 1);
+  for (const t of tags) size += t.length;
+  if (size > tagScratch.length) tagScratch = Buffer.allocUnsafeSlow(Math.ceil(size / 65_536) * 65_536);
+  let at = 0;
+  for (let i = 0; i < tags.length; i++) {
+    if (i > 0) tagScratch[at++] = 0x2c; // ','
+    at += tagScratch.write(tags[i] as string, at, 'latin1');
+  }
+  return createHash('sha1').update(tagScratch.subarray(0, at)).digest('hex');
 }
 
 /** A copy in an allocation of its own: a cached record must not keep a socket read's chunk (or the 8 KiB pool) alive. */
@@ -272,6 +304,8 @@ export class RedisMarketStore implements MarketStore {
   /** Lookups of markets that do not exist (client-chosen ids): a separate, smaller bound. */
   readonly #misses = new TtlCache<null>({ maxEntries: MARKET_MISS_CACHE_MAX_ENTRIES, maxBytes: MARKET_MISS_CACHE_MAX_BYTES });
   readonly #pages = new TtlCache<Page | PageBody>({ maxEntries: PAGE_CACHE_MAX_ENTRIES, maxBytes: PAGE_CACHE_MAX_BYTES });
+  /** Which page keys were read before: a page is cached from its second read (see PAGE_ADMISSION_SLOTS). */
+  readonly #seenPages = new AdmissionFilter(PAGE_ADMISSION_SLOTS);
   /** Records cursor pages are assembled from (see RECORD_CACHE_MAX_BYTES). */
   readonly #records = new TtlCache<MarketRecord>({ maxEntries: RECORD_CACHE_MAX_ENTRIES, maxBytes: RECORD_CACHE_MAX_BYTES });
   /** Bumped by every invalidation; a read started before one is not cached after it. */
@@ -515,24 +549,30 @@ export class RedisMarketStore implements MarketStore {
       const hit = this.#pages.get(key, now) as T | undefined;
       if (hit !== undefined) {
         if (this.#dueForRefresh(this.#pages, this.#pageInflight, key, now)) {
-          this.#loadPage(key, read, bytes).catch((err: unknown) => this.#opts.onError?.('page refresh', err));
+          this.#loadPage(key, read, bytes, true).catch((err: unknown) => this.#opts.onError?.('page refresh', err));
         }
         return Promise.resolve(hit);
       }
     }
-    return this.#loadPage(key, read, bytes);
+    return this.#loadPage(key, read, bytes, false);
   }
 
-  /** One Redis round trip for the page `key`, shared by concurrent callers; cached unless an invalidation came first. */
-  #loadPage<T extends Page | PageBody>(key: string, read: () => Promise<T>, bytes: (key: string, v: T) => number): Promise<T> {
+  /**
+   * One Redis round trip for the page `key`, shared by concurrent callers; cached unless an
+   * invalidation came first, and (a miss) only from the second read of the key (PAGE_ADMISSION_SLOTS).
+   */
+  #loadPage<T extends Page | PageBody>(key: string, read: () => Promise<T>, bytes: (key: string, v: T) => number, refresh: boolean): Promise<T> {
     const now = this.#now();
     const generation = this.#generation;
-    return shareInFlight(this.#pageInflight, key, () => read().then((page) => {
-      // Kept until `now` + TTL (aged from before the fetch: never longer than the TTL).
-      const worth = !('body' in page) || page.body.length <= PAGE_BODY_CACHE_MAX_BYTES;
-      if (worth && this.#subscribed && generation === this.#generation) this.#pages.set(key, page, now + this.#opts.cacheTtlMs, bytes(key, page), this.#now());
-      return page;
-    })) as Promise<T>;
+    return shareInFlight(this.#pageInflight, key, () => {
+      const admit = this.#seenPages.seenBefore(key) || refresh;
+      return read().then((page) => {
+        // Kept until `now` + TTL (aged from before the fetch: never longer than the TTL).
+        const worth = admit && (!('etag' in page) || (page.parts === undefined && page.body.length <= PAGE_BODY_CACHE_MAX_BYTES));
+        if (worth && this.#subscribed && generation === this.#generation) this.#pages.set(key, page, now + this.#opts.cacheTtlMs, bytes(key, page), this.#now());
+        return page;
+      });
+    }) as Promise<T>;
   }
 
   /** A page as served: by cursor from the record cache and Redis (`#cursorPage`); listed ids by one script, its records as Buffers. */
@@ -559,9 +599,13 @@ export class RedisMarketStore implements MarketStore {
     const ids = await this.#redis.zrange(index, start, '+', 'BYLEX', 'LIMIT', 0, q.limit + 1);
     const caching = this.#opts.cacheTtlMs > 0 && this.#subscribed;
     const now = this.#now();
-    const records: (MarketRecord | undefined)[] = ids.map((id) => (caching ? this.#records.get(id, now) : undefined));
+    const records = new Array<MarketRecord | undefined>(ids.length);
     const lacking: string[] = [];
-    for (let i = 0; i < ids.length; i++) if (records[i] === undefined) lacking.push(ids[i] as string);
+    for (let i = 0; i < ids.length; i++) {
+      const r = caching ? this.#records.get(ids[i] as string, now) : undefined;
+      records[i] = r;
+      if (r === undefined) lacking.push(ids[i] as string);
+    }
     if (lacking.length > 0) {
       const rows = await this.#cmd.edgeMarketRecordsBuffer(MARKET_KEY_PREFIX, ...lacking);
       const keep = caching && this.#subscribed && generation === this.#generation;
@@ -571,7 +615,8 @@ export class RedisMarketStore implements MarketStore {
         const [seq, item, quotes] = [rows[3 * i], rows[3 * i + 1], rows[3 * i + 2]];
         if (!Buffer.isBuffer(seq) || !Buffer.isBuffer(item) || !Buffer.isBuffer(quotes)) continue;
         const id = lacking[i] as string;
-        const r = keep ? { seq: seq.toString('latin1'), item: ownCopy(item), quotes: ownCopy(quotes) } : { seq: seq.toString('latin1'), item, quotes };
+        const tag = `${id}:${seq.toString('latin1')}`;
+        const r = keep ? { tag, item: ownCopy(item), quotes: ownCopy(quotes) } : { tag, item, quotes };
         fetched.set(id, r);
         if (keep) this.#records.set(id, r, expires, recordCacheBytes(id, r), this.#now());
       }
@@ -579,6 +624,7 @@ export class RedisMarketStore implements MarketStore {
     }
     const parts: Buffer[] = [];
     const tags: string[] = [];
+    let bytes = 0;
     let n = 0;
     let last: string | undefined;
     let more = false;
@@ -586,15 +632,20 @@ export class RedisMarketStore implements MarketStore {
       const r = records[i];
       if (r === undefined) continue;
       if (n === q.limit) { more = true; break; }
-      const id = ids[i] as string;
-      tags.push(`${id}:${r.seq}`);
+      tags.push(r.tag);
       n++;
-      last = id;
+      last = ids[i] as string;
       const part = kind === 'markets' ? r.item : r.quotes;
-      if (part.length > 0) parts.push(part);
+      if (part.length > 0) {
+        parts.push(part);
+        bytes += part.length + 1;
+      }
     }
     const next = more ? last : undefined;
-    return { body: pageBodyBytes(kind, parts, next), etag: pageEtag(kind, next, createHash('sha1').update(tags.join(',')).digest('hex')) };
+    const etag = pageEtag(kind, next, versionsOf(tags));
+    // A body the page cache would not keep is not joined either: the market service writes its parts.
+    if (bytes > PAGE_BODY_CACHE_MAX_BYTES) return pagePartsBody(kind, parts, next, etag);
+    return { body: pageBodyBytes(kind, parts, next), etag };
   }
 
   async #pageFromRedis(q: PageQuery): Promise<Page> {

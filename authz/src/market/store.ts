@@ -74,8 +74,65 @@ export type PageKind = 'markets' | 'quotes';
 
 /** A page as served: the whole JSON body as one Buffer (UTF-8) and its weak validator. */
 export interface PageBody {
+  /** The body; for a page with `parts`, joined on first use (the market service writes the parts instead). */
   readonly body: Buffer;
   readonly etag: string;
+  /** A page assembled per request (not cached): its records as held, not joined into one Buffer. */
+  readonly parts?: PageParts;
+}
+
+/** A page's body as its parts: `head`, the records joined by ',', `tail`. */
+export interface PageParts {
+  /** `{"markets":[` or `{"quotes":[`. */
+  readonly head: Buffer;
+  /** The records' texts (`item` for markets, the non-empty `quotes` for quotes), in page order. */
+  readonly records: readonly Buffer[];
+  /** `],"nextCursor":…}`. */
+  readonly tail: Buffer;
+  /** The body's length in bytes. */
+  readonly length: number;
+}
+
+/** A PageBody of parts (see PageParts); `body` joins them only if something asks for it. */
+export function pagePartsBody(kind: PageKind, records: readonly Buffer[], next: string | undefined, etag: string): PageBody {
+  const head = BODY_HEAD[kind];
+  const tail = cursorTail(next);
+  let length = head.length + tail.length + Math.max(0, records.length - 1);
+  for (const r of records) length += r.length;
+  const parts: PageParts = { head, records, tail, length };
+  let body: Buffer | undefined;
+  return {
+    etag, parts,
+    get body(): Buffer {
+      body ??= writePageParts(parts, Buffer.allocUnsafeSlow(length));
+      return body;
+    },
+  };
+}
+
+/**
+ * Writes the body of `parts` into `into` (at least `parts.length` bytes) from its start and
+ * returns the written slice: the same bytes `pageBodyBytes` makes of the same records.
+ */
+export function writePageParts(parts: PageParts, into: Buffer): Buffer {
+  into.set(parts.head, 0);
+  let at = parts.head.length;
+  const records = parts.records;
+  for (let i = 0; i < records.length; i++) {
+    if (i > 0) into[at++] = 0x2c; // ','
+    const r = records[i] as Buffer;
+    into.set(r, at);
+    at += r.length;
+  }
+  into.set(parts.tail, at);
+  at += parts.tail.length;
+  if (at !== parts.length) throw new Error(`page body of ${at} bytes, ${parts.length} expected`);
+  return into.subarray(0, at);
+}
+
+/** `],"nextCursor":null}` or `],"nextCursor":"<cursor>"}`. */
+function cursorTail(next: string | undefined): Buffer {
+  return next === undefined ? NO_CURSOR_TAIL : Buffer.from(`],"nextCursor":"${encodeCursor(next)}"}`);
 }
 
 const BODY_HEAD: Record<PageKind, Buffer> = { markets: Buffer.from('{"markets":['), quotes: Buffer.from('{"quotes":[') };

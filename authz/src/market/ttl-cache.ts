@@ -83,3 +83,37 @@ export class TtlCache<V> {
     return this.#bytes;
   }
 }
+
+/**
+ * A cache's admission filter ("doorkeeper"): remembers the keys it was asked about in a fixed
+ * table of 32-bit hashes, one slot per hash, a newer key overwriting an older one in its slot.
+ * `seenBefore(key)` answers whether the key was asked about before (and notes it), so a cache
+ * can keep only what is asked for twice: a flood of distinct one-off keys then leaves nothing
+ * cached, allocates nothing per key, and does not push out what is in use. A false answer for a
+ * key asked before (its slot taken by another key meanwhile) or a true one for a new key (two keys
+ * with one hash: ~slots / 2^32) only costs or saves one cache entry; the keys may be chosen by
+ * clients, and nothing else depends on the answer.
+ */
+export class AdmissionFilter {
+  readonly #slots: Int32Array;
+  readonly #mask: number;
+
+  /** `slots`: a power of two. */
+  constructor(slots: number) {
+    if (!(slots >= 1) || (slots & (slots - 1)) !== 0) throw new RangeError('AdmissionFilter: slots must be a power of two');
+    this.#slots = new Int32Array(slots);
+    this.#mask = slots - 1;
+  }
+
+  /** Whether `key` was asked about before (its hash is in its slot); notes it either way. */
+  seenBefore(key: string): boolean {
+    // FNV-1a over the UTF-16 code units; 0 marks an empty slot, so no hash is 0.
+    let h = 0x811c9dc5;
+    for (let i = 0; i < key.length; i++) h = Math.imul(h ^ key.charCodeAt(i), 0x01000193);
+    h = h | 1;
+    const slot = ((h >>> 16) ^ h) & this.#mask;
+    if (this.#slots[slot] === h) return true;
+    this.#slots[slot] = h;
+    return false;
+  }
+}

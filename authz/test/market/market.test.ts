@@ -150,9 +150,33 @@ describe('market service on Redis', () => {
     }
   });
 
-  test('page cache under 100,000 distinct client-chosen queries stays within its entry and byte bounds', async () => {
+  test('page cache: a flood of distinct one-off queries caches nothing; a page is cached from its second read', async () => {
+    const c = await startService(redisProc.url, 600_000);
+    try {
+      await sleep(50);
+      await a.store.put(doc('0xpc-once', 1), env(marketDoc('0xpc-once', 1)));
+      await sleep(20);
+      const store = c.store as RedisMarketStore;
+      for (let i = 0; i < 10_000; i += 200) {
+        await Promise.all(Array.from({ length: 200 }, (_, j) => store.pageBody({ limit: 100, ids: ['0xpc-once', `0xpc-once-none-${i + j}`] }, 'markets')));
+      }
+      assert.equal(store.cachedPages.entries, 0, 'no one-off query was cached');
+      const q = { limit: 100, ids: ['0xpc-once', '0xpc-once-none-0'] };
+      const scriptCalls = async (): Promise<number> => Number(/cmdstat_evalsha:calls=(\d+)/.exec(await a.redis.info('commandstats'))?.[1] ?? 0);
+      const before = await scriptCalls();
+      await store.pageBody(q, 'markets'); // its second read: from Redis, and now cached
+      assert.equal(store.cachedPages.entries, 1);
+      await store.pageBody(q, 'markets');
+      assert.equal(await scriptCalls() - before, 1, 'the third read is answered from memory');
+    } finally {
+      await stopService(c);
+    }
+  });
+
+  test('page cache under 100,000 distinct client-chosen queries, each read twice, stays within its entry and byte bounds', async () => {
     // The attack: GET /v1/markets?conditionId=<known>,<unknown-i>, each a distinct page-cache key
-    // holding its own copy of the known market. A TTL longer than the test, so only the bounds act.
+    // holding its own copy of the known market, each sent twice so that it is cached (a page is
+    // cached from its second read). A TTL longer than the test, so only the bounds act.
     const c = await startService(redisProc.url, 600_000);
     try {
       await sleep(50);
@@ -164,8 +188,10 @@ describe('market service on Redis', () => {
       // 200 reads in flight at a time: each is a Redis script, and a thousand queued at once can
       // outlast the 250 ms command timeout on a busy machine (this tests bounds, not speed).
       for (let i = 0; i < 100_000; i += 200) {
-        const pages = await Promise.all(Array.from({ length: 200 }, (_, j) => store.page({ limit: 100, ids: ['0xpc-flood', `0xpc-none-${i + j}`] })));
-        assert.equal(pages[0]?.markets[0]?.conditionId, '0xpc-flood');
+        for (let twice = 0; twice < 2; twice++) {
+          const pages = await Promise.all(Array.from({ length: 200 }, (_, j) => store.page({ limit: 100, ids: ['0xpc-flood', `0xpc-none-${i + j}`] })));
+          assert.equal(pages[0]?.markets[0]?.conditionId, '0xpc-flood');
+        }
         maxEntries = Math.max(maxEntries, store.cachedPages.entries);
         maxBytes = Math.max(maxBytes, store.cachedPages.bytes);
       }
@@ -187,6 +213,7 @@ describe('market service on Redis', () => {
     const q = { limit: 10, ids: ['0xpc'] };
     await a.store.put(doc('0xpc', 1), env(marketDoc('0xpc', 1)));
     await sleep(20); // a's invalidation reaches b
+    await b.store.page(q); // a page is cached from its second read
     const first = await b.store.page(q);
     assert.equal(first.markets.length, 1);
     // Change the record behind the stores' backs (no invalidation): b keeps serving its page.
@@ -202,6 +229,7 @@ describe('market service on Redis', () => {
     }
     assert.equal(seen, '{"changed":1}');
     // A write through b itself: b's next read sees it, with no wait.
+    await b.store.page(q);
     await b.store.page(q);
     await b.store.put(doc('0xpc', 2), env(marketDoc('0xpc', 2)));
     assert.match((await b.store.page(q)).markets[0]?.item ?? '', /"seq":2/);
@@ -232,6 +260,7 @@ describe('market service on Redis', () => {
       await a.store.put(doc('0xpc-ttl', 1), env(marketDoc('0xpc-ttl', 1)));
       await sleep(20); // a's invalidation reaches c before c reads
       await c.store.page(q);
+      await c.store.page(q); // cached from its second read
       await a.redis.hset(`${MARKET_KEY_PREFIX}0xpc-ttl`, 'item', '{"late":1}');
       assert.notEqual((await c.store.page(q)).markets[0]?.item, '{"late":1}');
       await sleep(200);

@@ -6,12 +6,18 @@
  */
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
+import { Writable } from 'node:stream';
+import { setTimeout as sleep } from 'node:timers/promises';
 import type { Redis } from 'ioredis';
-import { RedisMarketStore } from '../../src/market/redis-store.ts';
+import { Registry } from 'prom-client';
+import { createLogger } from '../../src/common/log.ts';
+import { BODY_POOL_BUFFERS, BODY_POOL_MAX_BYTES, BodyBuffers, createMarketService, type MarketService } from '../../src/market/http.ts';
+import { createRedis } from '../../src/common/adapters/redis.ts';
+import { PAGE_BODY_CACHE_MAX_BYTES, RedisMarketStore } from '../../src/market/redis-store.ts';
 import { encodeCursor, MemoryMarketStore, type MarketStore, type Page, type PageKind, type PageQuery } from '../../src/market/store.ts';
 import { PrivateRedis } from '../../../testkit/redis-server.ts';
 import { marketDoc } from '../../../testkit/feed.ts';
-import { cachingStore, connectRedis, doc, env } from './setup.ts';
+import { cachingStore, connectRedis, doc, env, feed } from './setup.ts';
 
 
 /** The body as the service rendered it before pageBody: string joins of page()'s records. */
@@ -104,4 +110,83 @@ describe('page bodies as one Buffer are byte-identical to the joined records', (
     assert.notEqual(after1.etag, before1.etag);
     assert.match(after1.body.toString(), /"seq":9/);
   });
+});
+
+describe('a page over PAGE_BODY_CACHE_MAX_BYTES is written from its parts', () => {
+  let redisProc: PrivateRedis;
+  let redis: Redis;
+  let store: RedisMarketStore;
+  let svc: MarketService;
+  let base: string;
+  const mem = new MemoryMarketStore();
+  // 300 markets of ~2.4 KB with non-ASCII text: a 300-market page is ~700 KB.
+  const BIG = Array.from({ length: 300 }, (_, i) => `0xpp-${String(i).padStart(3, '0')}`);
+  before(async () => {
+    redisProc = await PrivateRedis.start();
+    redis = createRedis(redisProc.url);
+    await new Promise<void>((res) => redis.once('ready', () => res()));
+    store = new RedisMarketStore(redis, { cacheTtlMs: 60_000 });
+    for (const end = Date.now() + 5_000; !store.caching && Date.now() < end;) await sleep(10);
+    for (const [i, id] of BIG.entries()) {
+      const extra = { question: `${id} ${'ü'.repeat(1_000)} ✓ ${i}?`, ...(i % 5 === 0 ? { outcomes: [] } : {}) };
+      assert.equal(await store.put(doc(id, 1 + (i % 3), extra), env(marketDoc(id, 1 + (i % 3), extra))), 'stored');
+      await mem.put(doc(id, 1 + (i % 3), extra), env(marketDoc(id, 1 + (i % 3), extra)));
+    }
+    svc = createMarketService({
+      store, feedKeys: [feed.publicKey], ingestMaxBytes: 1_048_576, logger: createLogger('silent', new Writable({ write: (_c, _e, cb) => cb() })),
+      registry: new Registry(), readiness: () => ({ store: true }), isSealed: () => false, host: '127.0.0.1', port: 0,
+    });
+    base = `http://127.0.0.1:${await svc.listen()}`;
+  });
+  after(async () => {
+    await svc.close();
+    await store.close();
+    redis.disconnect();
+    await redisProc.stop();
+  });
+
+  test('over HTTP: the same bytes, length and ETag as the joined body, 8 at a time, markets and quotes, with and without a next cursor', async () => {
+    // Markets pages are over the bound (written from parts), the quotes page under it (one Buffer).
+    const queries: { path: string; q: PageQuery; kind: PageKind }[] = [
+      { path: '/v1/markets?limit=500', q: { limit: 500 }, kind: 'markets' },
+      { path: `/v1/markets?limit=250&cursor=${encodeCursor(BIG[10]!)}`, q: { limit: 250, after: BIG[10] }, kind: 'markets' },
+      { path: '/v1/quotes?limit=500', q: { limit: 500 }, kind: 'quotes' },
+    ];
+    for (const { path, q, kind } of queries) {
+      const expected = await mem.pageBody(q, kind);
+      const fromStore = await store.pageBody(q, kind);
+      assert.equal(fromStore.parts !== undefined, expected.body.length > PAGE_BODY_CACHE_MAX_BYTES, `${path}: parts iff over the bound (${expected.body.length} bytes)`);
+      assert.ok(fromStore.body.equals(expected.body), `${path}: the joined parts are the memory store's body`);
+      for (let round = 0; round < 3; round++) {
+        const answers = await Promise.all(Array.from({ length: 8 }, async () => {
+          const r = await fetch(`${base}${path}`);
+          return { status: r.status, length: r.headers.get('content-length'), etag: r.headers.get('etag'), body: Buffer.from(await r.arrayBuffer()) };
+        }));
+        for (const a of answers) {
+          assert.equal(a.status, 200);
+          assert.equal(a.length, String(expected.body.length));
+          assert.equal(a.etag, expected.etag);
+          assert.ok(a.body.equals(expected.body), `${path}: the bytes served are the joined body's`);
+        }
+      }
+    }
+    // A client that has the page gets 304 without a body.
+    const r = await fetch(`${base}/v1/markets?limit=500`, { headers: { 'if-none-match': (await mem.pageBody({ limit: 500 }, 'markets')).etag } });
+    assert.equal(r.status, 304);
+  });
+});
+
+test('BodyBuffers: a buffer given back is reused; at most BODY_POOL_BUFFERS are kept, none over BODY_POOL_MAX_BYTES', () => {
+  const pool = new BodyBuffers();
+  const a = pool.take(700_000);
+  assert.ok(a.length >= 700_000);
+  pool.give(a);
+  assert.equal(pool.take(600_000), a, 'reused for a smaller body');
+  assert.notEqual(pool.take(600_000), a, 'not handed out twice');
+  const many = Array.from({ length: BODY_POOL_BUFFERS + 3 }, () => pool.take(100_000));
+  for (const b of many) pool.give(b);
+  assert.equal(pool.size, BODY_POOL_BUFFERS);
+  pool.give(Buffer.allocUnsafeSlow(BODY_POOL_MAX_BYTES + 1));
+  assert.ok(pool.size <= BODY_POOL_BUFFERS);
+  for (let i = 0; i < BODY_POOL_BUFFERS; i++) assert.ok(pool.take(1).length <= BODY_POOL_MAX_BYTES);
 });

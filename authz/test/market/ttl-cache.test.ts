@@ -1,7 +1,7 @@
 /** The bounded TTL cache behind the market store's lookup and page caches. */
-import { test } from 'node:test';
+import { describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { TtlCache } from '../../src/market/ttl-cache.ts';
+import { AdmissionFilter, TtlCache } from '../../src/market/ttl-cache.ts';
 
 test('ttl cache: a fresh entry is a hit; at its expiry time it is a miss and is dropped', () => {
   const c = new TtlCache<string>({ maxEntries: 10, maxBytes: 1_000 });
@@ -55,4 +55,31 @@ test('ttl cache: replacing a key charges only the new size', () => {
 test('ttl cache: limits must allow at least one entry', () => {
   assert.throws(() => new TtlCache({ maxEntries: 0, maxBytes: 1 }), RangeError);
   assert.throws(() => new TtlCache({ maxEntries: 1, maxBytes: Number.NaN }), RangeError);
+});
+
+describe('AdmissionFilter (the page cache\'s doorkeeper)', () => {
+  test('a key is "seen before" from its second ask on; a key never asked is not', () => {
+    const f = new AdmissionFilter(1024);
+    assert.equal(f.seenBefore('m|100||=0xa,0xb'), false);
+    assert.equal(f.seenBefore('m|100||=0xa,0xb'), true);
+    assert.equal(f.seenBefore('m|100||=0xa,0xb'), true);
+    assert.equal(f.seenBefore('m|100||=0xa,0xc'), false);
+  });
+
+  test('10,000 distinct one-off keys in 1,024 slots: almost none reported as seen, and a later key overwrites its slot', () => {
+    const f = new AdmissionFilter(1024);
+    let seen = 0;
+    for (let i = 0; i < 10_000; i++) if (f.seenBefore(`m|100||=0xknown,0xnone-${i}`)) seen++;
+    // Only a 32-bit hash collision in a slot can answer true for a new key: expected ~0.
+    assert.ok(seen <= 1, `${seen} of 10,000 one-off keys reported as seen`);
+    // The table remembers at most one key per slot: after 10,000 others, the first is likely gone.
+    let remembered = 0;
+    for (let i = 0; i < 100; i++) if (f.seenBefore(`m|100||=0xknown,0xnone-${i}`)) remembered++;
+    assert.ok(remembered < 50, `${remembered} of the first 100 keys still remembered after 10,000 others`);
+  });
+
+  test('slots must be a power of two', () => {
+    assert.throws(() => new AdmissionFilter(1000), RangeError);
+    assert.throws(() => new AdmissionFilter(0), RangeError);
+  });
 });
