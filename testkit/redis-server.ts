@@ -3,20 +3,55 @@
  * instance, never the machine's shared one on 6379.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
+import { readFileSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { Socket } from 'node:net';
 import { tempDir } from './temp-dir.ts';
 
-export async function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
+/**
+ * The ports the kernel may give an outgoing connection as its local port (ip_local_port_range).
+ * A port from bind(0) lies in that range too, so between our check and the real listener any
+ * loopback client (a Redis connection, a health probe) could take it as its local end, and the
+ * listener then fails with EADDRINUSE (seen: the pod test's `podman kube play` could not publish
+ * 127.0.0.1:42757 in a CI run). Ports are therefore chosen below the range.
+ */
+function ephemeralLow(): number {
+  try {
+    const low = Number(readFileSync('/proc/sys/net/ipv4/ip_local_port_range', 'utf8').trim().split(/\s+/)[0]);
+    return Number.isInteger(low) && low > 12_000 ? low : 32_768;
+  } catch {
+    return 32_768;
+  }
+}
+const PICK_LOW = 10_000;
+const PICK_HIGH = ephemeralLow() - 1;
+/** Ports this process has handed out: never handed out twice (seven in a row must differ). */
+const handedOut = new Set<number>();
+
+function bindsOn(port: number): Promise<boolean> {
+  return new Promise((resolve) => {
     const s = createServer();
-    s.once('error', reject);
-    s.listen(0, '127.0.0.1', () => {
-      const a = s.address();
-      s.close(() => resolve(typeof a === 'object' && a !== null ? a.port : 0));
-    });
+    s.once('error', () => resolve(false));
+    s.listen(port, '127.0.0.1', () => s.close(() => resolve(true)));
   });
+}
+
+/**
+ * A free TCP port on 127.0.0.1 for a listener a test starts next: random below the kernel's
+ * ephemeral range (so no outgoing connection holds it meanwhile), checked by binding it, and
+ * never one this process returned before.
+ */
+export async function freePort(): Promise<number> {
+  for (let attempt = 0; attempt < 200; attempt++) {
+    const port = PICK_LOW + Math.floor(Math.random() * (PICK_HIGH - PICK_LOW + 1));
+    if (handedOut.has(port)) continue;
+    if (await bindsOn(port)) {
+      handedOut.add(port);
+      return port;
+    }
+  }
+  throw new Error(`no free port found between ${PICK_LOW} and ${PICK_HIGH} in 200 attempts`);
 }
 
 async function answersPing(port: number): Promise<boolean> {
