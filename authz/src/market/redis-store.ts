@@ -35,7 +35,7 @@
  * Nothing is cached while the subscriber is not subscribed. The record cache (what cursor pages
  * are assembled from) follows the lookup cache's rules: an entry per market, dropped with it.
  */
-import { createHash, randomUUID } from 'node:crypto';
+import { randomUUID } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { ReplyError, type Redis } from 'ioredis';
 import { neverSent, RedisClock, REDIS_COMMAND_TIMEOUT_MS } from '../common/adapters/redis.ts';
@@ -44,7 +44,7 @@ import type { Envelope } from '../common/feed/envelope.ts';
 import type { MarketDocument } from '../common/feed/schema.ts';
 import type { MarketMeta } from '../common/ports.ts';
 import {
-  encodeMarket, metaOfItem, pageBodyBytes, pageEtag, pageOfIds, pagePartsBody, StoreOutcomeUnknownError, StoreUnavailableError,
+  encodeMarket, metaOfItem, pageBodyBytes, pageEtag, pageOfIds, pagePartsBody, StoreOutcomeUnknownError, tagsDigest, StoreUnavailableError,
   type MarketStore, type Page, type PageBody, type PageItem, type PageKind, type PageQuery, type PutResult,
 } from './store.ts';
 import { AdmissionFilter, TtlCache } from './ttl-cache.ts';
@@ -242,26 +242,6 @@ interface MarketRecord {
 /** The bytes a cached record is charged: the key (Latin-1), its Buffers and the fixed overhead. */
 export function recordCacheBytes(id: string, r: MarketRecord): number {
   return RECORD_OVERHEAD_BYTES + 2 * id.length + r.tag.length + r.item.length + r.quotes.length;
-}
-
-/** Where `versionsOf` joins a page's tags: reused (the digest is computed synchronously), grown when a page needs more. */
-let tagScratch = Buffer.allocUnsafeSlow(64 * 1024);
-
-/**
- * The versions digest of a page (SHA-1, hex, of its records' `<id>:<seq>` tags joined by ','), as
- * `versionsDigest` computes it: the tags (one byte a character: the conditionId pattern and digits)
- * are written into one reused buffer and hashed once, with no joined string per page.
- */
-function versionsOf(tags: readonly string[]): string {
-  let size = Math.max(0, tags.length - 1);
-  for (const t of tags) size += t.length;
-  if (size > tagScratch.length) tagScratch = Buffer.allocUnsafeSlow(Math.ceil(size / 65_536) * 65_536);
-  let at = 0;
-  for (let i = 0; i < tags.length; i++) {
-    if (i > 0) tagScratch[at++] = 0x2c; // ','
-    at += tagScratch.write(tags[i] as string, at, 'latin1');
-  }
-  return createHash('sha1').update(tagScratch.subarray(0, at)).digest('hex');
 }
 
 /** A copy in an allocation of its own: a cached record must not keep a socket read's chunk (or the 8 KiB pool) alive. */
@@ -642,7 +622,7 @@ export class RedisMarketStore implements MarketStore {
       }
     }
     const next = more ? last : undefined;
-    const etag = pageEtag(kind, next, versionsOf(tags));
+    const etag = pageEtag(kind, next, tagsDigest(tags));
     // A body the page cache would not keep is not joined either: the market service writes its parts.
     if (bytes > PAGE_BODY_CACHE_MAX_BYTES) return pagePartsBody(kind, parts, next, etag);
     return { body: pageBodyBytes(kind, parts, next), etag };

@@ -93,18 +93,23 @@ export interface PageParts {
   readonly length: number;
 }
 
-/** A PageBody of parts (see PageParts); `body` joins them only if something asks for it. */
-export function pagePartsBody(kind: PageKind, records: readonly Buffer[], next: string | undefined, etag: string): PageBody {
+/** The parts of a page's body: the head, `records` (joined by ',' when written) and the tail for `next`. */
+export function pageParts(kind: PageKind, records: readonly Buffer[], next: string | undefined): PageParts {
   const head = BODY_HEAD[kind];
   const tail = cursorTail(next);
   let length = head.length + tail.length + Math.max(0, records.length - 1);
   for (const r of records) length += r.length;
-  const parts: PageParts = { head, records, tail, length };
+  return { head, records, tail, length };
+}
+
+/** A PageBody of parts (see PageParts); `body` joins them only if something asks for it. */
+export function pagePartsBody(kind: PageKind, records: readonly Buffer[], next: string | undefined, etag: string): PageBody {
+  const parts = pageParts(kind, records, next);
   let body: Buffer | undefined;
   return {
     etag, parts,
     get body(): Buffer {
-      body ??= writePageParts(parts, Buffer.allocUnsafeSlow(length));
+      body ??= writePageParts(parts, Buffer.allocUnsafeSlow(parts.length));
       return body;
     },
   };
@@ -136,9 +141,7 @@ function cursorTail(next: string | undefined): Buffer {
 }
 
 const BODY_HEAD: Record<PageKind, Buffer> = { markets: Buffer.from('{"markets":['), quotes: Buffer.from('{"quotes":[') };
-const CURSOR_HEAD = Buffer.from('],"nextCursor":');
 const NO_CURSOR_TAIL = Buffer.from('],"nextCursor":null}');
-const COMMA = Buffer.from(',');
 
 /** Opaque cursor: base64url of the last conditionId of the page. */
 export function encodeCursor(id: string): string {
@@ -152,23 +155,10 @@ export function encodeCursor(id: string): string {
  * One allocation of the exact size; the result shares no memory with `joined`.
  */
 export function pageBodyBytes(kind: PageKind, joined: Buffer | readonly Buffer[], next: string | undefined): Buffer {
-  const parts = [BODY_HEAD[kind]];
-  if (Buffer.isBuffer(joined)) parts.push(joined);
-  else joined.forEach((b, i) => { if (i > 0) parts.push(COMMA); parts.push(b); });
-  if (next === undefined) parts.push(NO_CURSOR_TAIL);
-  else parts.push(CURSOR_HEAD, Buffer.from(`"${encodeCursor(next)}"}`));
   // Its own allocation, never a slice of Node's shared 8 KiB pool (Buffer.concat's choice below
   // 4 KiB): a cached page would keep the whole pool chunk, and what else was cut from it, alive.
-  let size = 0;
-  for (const p of parts) size += p.length;
-  const body = Buffer.allocUnsafeSlow(size);
-  let at = 0;
-  // TypedArray#set: a builtin per part, where Buffer#copy goes through JS argument checks first.
-  for (const p of parts) {
-    body.set(p, at);
-    at += p.length;
-  }
-  return body;
+  const parts = pageParts(kind, Buffer.isBuffer(joined) ? [joined] : joined, next);
+  return writePageParts(parts, Buffer.allocUnsafeSlow(parts.length));
 }
 
 /**
@@ -181,9 +171,29 @@ export function pageEtag(kind: PageKind, next: string | undefined, versions: str
   return `W/"${h.digest('base64url')}"`;
 }
 
+/** Where `tagsDigest` joins a page's tags: reused (the digest is computed synchronously), grown when a page needs more. */
+let tagScratch = Buffer.allocUnsafeSlow(64 * 1024);
+
+/**
+ * `versions` of `pageEtag` from a page's `<conditionId>:<seq>` tags (one byte a character: the
+ * conditionId pattern and digits): SHA-1 (hex) of the tags joined by ',', written into one reused
+ * buffer and hashed once, with no joined string per page.
+ */
+export function tagsDigest(tags: readonly string[]): string {
+  let size = Math.max(0, tags.length - 1);
+  for (const t of tags) size += t.length;
+  if (size > tagScratch.length) tagScratch = Buffer.allocUnsafeSlow(Math.ceil(size / 65_536) * 65_536);
+  let at = 0;
+  for (let i = 0; i < tags.length; i++) {
+    if (i > 0) tagScratch[at++] = 0x2c; // ','
+    at += tagScratch.write(tags[i] as string, at, 'latin1');
+  }
+  return createHash('sha1').update(tagScratch.subarray(0, at)).digest('hex');
+}
+
 /** `versions` of `pageEtag` for records held in memory. */
 export function versionsDigest(markets: readonly { readonly conditionId: string; readonly seq: number | string }[]): string {
-  return createHash('sha1').update(markets.map((m) => `${m.conditionId}:${m.seq}`).join(',')).digest('hex');
+  return tagsDigest(markets.map((m) => `${m.conditionId}:${m.seq}`));
 }
 
 export interface MarketStore extends MarketLookup {
