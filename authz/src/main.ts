@@ -6,14 +6,26 @@
  * aggregated across workers and forwards seal/shutdown to every worker.
  */
 import cluster from 'node:cluster';
-import { checkSettingNames, loadConfig } from './common/config.ts';
+import { checkSettingNames, ConfigError, loadConfig } from './common/config.ts';
 import { loadCredentials } from './common/credentials.ts';
 import { defaultGeoipWarning, geoipBuildEpochSecs, staleGeoipWarning } from './common/geoip-default.ts';
 import { createLogger, logOutput } from './common/log.ts';
 import { startsSealed } from './common/seal-file.ts';
 import { runPrimary, runSingle, runWorker } from './process.ts';
 
-const config = loadConfig();
+// A bad setting, or a key that is not one (the primary reads the keys below before forking):
+// one fatal line naming the variable, exit status 1, as npm start and the deployments show it;
+// never a stack trace (a ConfigError's message holds no key material: credentials.ts).
+function orRefuse<T>(load: () => T): T {
+  try {
+    return load();
+  } catch (err) {
+    if (!(err instanceof ConfigError)) throw err;
+    createLogger('info', logOutput()).fatal({ setting: err.variable, err: err.message }, 'invalid setting');
+    process.exit(1);
+  }
+}
+const config = orRefuse(() => loadConfig());
 const logger = createLogger(config.logLevel, logOutput());
 // Variables that look like settings but are none (STRICT_SETTINGS=1: refused, like a bad value).
 const unknownSettings = checkSettingNames(process.env);
@@ -28,7 +40,7 @@ if (staleWarning !== undefined) logger.warn({ geoipDb: config.geoipDb }, staleWa
 if (config.workers > 1 && cluster.isPrimary) {
   // Validate the credentials before forking (fail fast, naming the variable), then drop them;
   // a service that starts sealed (AUTHZ_SEAL_FILE present) reads no key at all.
-  if (!startsSealed(config)) loadCredentials({ ...process.env }).zeroize();
+  if (!startsSealed(config)) orRefuse(() => loadCredentials({ ...process.env })).zeroize();
   runPrimary(config, logger);
 } else {
   // A port that cannot be listened on (common/listen-error.ts) or anything else that stops

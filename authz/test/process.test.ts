@@ -207,6 +207,19 @@ test('process – after the seal it keeps answering sealed while requests arrive
   }
 });
 
+/** Runs main.ts (with `args`) and `env` added to this process's: its exit status and everything it printed. */
+async function runToExit(env: Record<string, string>, args: readonly string[] = []): Promise<{ code: number | null; out: string }> {
+  const child = spawn(`${ROOT}scripts/node`, [`${ROOT}authz/src/main.ts`, ...args], { env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
+  let out = '';
+  child.stdout.on('data', (d: Buffer) => { out += d.toString(); });
+  child.stderr.on('data', (d: Buffer) => { out += d.toString(); });
+  const code = await Promise.race([
+    new Promise<number | null>((resolve) => child.once('exit', (c) => resolve(c))),
+    sleep(20_000).then(() => { child.kill('SIGKILL'); return -1; }),
+  ]);
+  return { code, out };
+}
+
 /** Starts main.ts with one of its ports already taken; resolves with its exit code and output. */
 async function startWithPortTaken(setting: 'AUTHZ_GRPC_PORT' | 'MARKET_PORT' | 'AUTHZ_ADMIN_PORT', workers: number, redisUrl = '', marker = ''): Promise<{ code: number | null; out: string; port: number }> {
   const { createServer } = await import('node:net');
@@ -214,21 +227,11 @@ async function startWithPortTaken(setting: 'AUTHZ_GRPC_PORT' | 'MARKET_PORT' | '
   const squatter = createServer();
   await new Promise<void>((resolve) => squatter.listen(ports[setting], '127.0.0.1', resolve));
   try {
-    const child = spawn(`${ROOT}scripts/node`, [`${ROOT}authz/src/main.ts`, ...(marker === '' ? [] : [marker])], {
-      env: {
-        ...process.env, REDIS_URL: redisUrl, AUTHZ_WORKERS: String(workers), LOG_LEVEL: 'warn',
-        EDGE_INGEST_HMAC: `hex:${randomBytes(32).toString('hex')}`, EDGE_FEED_ED25519_PUBLIC_KEY: newFeedKey().publicHex,
-        AUTHZ_GRPC_PORT: String(ports.AUTHZ_GRPC_PORT), MARKET_PORT: String(ports.MARKET_PORT), AUTHZ_ADMIN_PORT: String(ports.AUTHZ_ADMIN_PORT),
-      },
-      stdio: ['ignore', 'pipe', 'pipe'],
-    });
-    let out = '';
-    child.stdout.on('data', (d: Buffer) => { out += d.toString(); });
-    child.stderr.on('data', (d: Buffer) => { out += d.toString(); });
-    const code = await Promise.race([
-      new Promise<number | null>((resolve) => child.once('exit', (c) => resolve(c))),
-      sleep(20_000).then(() => { child.kill('SIGKILL'); return -1; }),
-    ]);
+    const { code, out } = await runToExit({
+      REDIS_URL: redisUrl, AUTHZ_WORKERS: String(workers), LOG_LEVEL: 'warn',
+      EDGE_INGEST_HMAC: `hex:${randomBytes(32).toString('hex')}`, EDGE_FEED_ED25519_PUBLIC_KEY: newFeedKey().publicHex,
+      AUTHZ_GRPC_PORT: String(ports.AUTHZ_GRPC_PORT), MARKET_PORT: String(ports.MARKET_PORT), AUTHZ_ADMIN_PORT: String(ports.AUTHZ_ADMIN_PORT),
+    }, marker === '' ? [] : [marker]);
     return { code, out, port: ports[setting] };
   } finally {
     squatter.close();
@@ -247,6 +250,37 @@ for (const setting of ['AUTHZ_GRPC_PORT', 'MARKET_PORT', 'AUTHZ_ADMIN_PORT'] as 
     assert.doesNotMatch(out, /^\s+at /m, 'no stack trace');
   });
 }
+
+/** The one fatal line a refused setting prints: JSON naming the variable, no stack trace. */
+function invalidSettingLine(out: string): { level: number; setting: string; err: string } {
+  assert.doesNotMatch(out, /^\s+at /m, 'no stack trace');
+  const lines = out.split('\n').filter((l) => l.includes('"invalid setting"'));
+  assert.equal(lines.length, 1, out);
+  return JSON.parse(lines[0]!) as { level: number; setting: string; err: string };
+}
+
+test('process – a bad setting, the service run directly: exits 1 with one fatal JSON line naming the variable, no stack trace', async () => {
+  const { code, out } = await runToExit({ RPS_PER_IP: 'abc' });
+  assert.equal(code, 1, out);
+  const line = invalidSettingLine(out);
+  assert.equal(line.level, 60);
+  assert.equal(line.setting, 'RPS_PER_IP');
+  assert.equal(line.err, 'RPS_PER_IP: expected an integer in [1, 1000000], got "abc"');
+});
+
+test('process – AUTHZ_WORKERS=2 with a key that is not one: the primary exits 1 with one fatal line naming the variable, not the value', async () => {
+  const redis = await PrivateRedis.start();
+  try {
+    const bad = `hex:${'ab'.repeat(8)}`; // 8 bytes: shorter than any key the service accepts
+    const { code, out } = await runToExit({ AUTHZ_WORKERS: '2', REDIS_URL: redis.url, EDGE_INGEST_HMAC: bad, EDGE_FEED_ED25519_PUBLIC_KEY: newFeedKey().publicHex });
+    assert.equal(code, 1, out);
+    const line = invalidSettingLine(out);
+    assert.equal(line.setting, 'EDGE_INGEST_HMAC');
+    assert.doesNotMatch(out, new RegExp('ab'.repeat(8)), 'the key is never printed');
+  } finally {
+    await redis.stop();
+  }
+});
 
 test('process – AUTHZ_WORKERS=2 with the market port in use: the primary stops with status 1 instead of restarting workers that cannot start', async () => {
   const redis = await PrivateRedis.start();
