@@ -394,12 +394,33 @@ test('kubernetes – the pod\'s Envoy config is valid with the pod\'s volumes as
   }
 });
 
+/**
+ * The manifests' settings with every port Envoy would listen on replaced by a free one: the
+ * manifests' own (8080, 8082, 9901, 9902) may be taken on a shared machine (another suite's
+ * Envoy, a developer's npm start), and an Envoy that cannot bind one exits at start.
+ */
+async function withOwnListenerPorts(env: Readonly<Record<string, string>>): Promise<Record<string, string>> {
+  const own: Record<string, string> = { ...env };
+  for (const name of ['EDGE_PORT', 'ENVOY_ADMIN_PORT', 'INGEST_PORT', 'ENVOY_STATS_PORT']) {
+    if (own[name] !== undefined) own[name] = String(await freePort());
+  }
+  return own;
+}
+
+/** Envoy started with `args`; what it printed, for an assertion's message when it never got ready. */
+function startEnvoy(args: readonly string[]): { proc: ReturnType<typeof spawn>; output: () => string } {
+  const proc = spawn(envoyBinary(), args, { stdio: ['ignore', 'ignore', 'pipe'] });
+  let err = '';
+  proc.stderr?.on('data', (d: Buffer) => { err = (err + d.toString()).slice(-4000); });
+  return { proc, output: () => `Envoy ${proc.exitCode === null ? 'running' : `exited ${proc.exitCode}`}; stderr: ${err}` };
+}
+
 test('kubernetes + compose – Envoy\'s readiness, preStop drain and health-check scripts work against a real Envoy 1.40 with the manifests\' own arguments', async () => {
   const envoy = container(build('base'), 'envoy');
   const dir = tempDir('edge-k8s-live-');
   const pki = generateDevPki(join(dir, 'pki'));
-  const [edgePort, adminPort] = [await freePort(), await freePort()];
-  const env = { ...K8S_ENV, EDGE_PORT: String(edgePort), ENVOY_ADMIN_PORT: String(adminPort), ORDER_BACKEND_CA_FILE: pki.backendCaFile, EDGE_CLIENT_CERT_FILE: pki.clientCertFile, EDGE_CLIENT_KEY_FILE: pki.clientKeyFile };
+  const env: Record<string, string> = { ...await withOwnListenerPorts(K8S_ENV), ORDER_BACKEND_CA_FILE: pki.backendCaFile, EDGE_CLIENT_CERT_FILE: pki.clientCertFile, EDGE_CLIENT_KEY_FILE: pki.clientKeyFile };
+  const [edgePort, adminPort] = [env['EDGE_PORT']!, env['ENVOY_ADMIN_PORT']!];
   const rendered = renderEnvoy(loadConfig(env), { sdsPath: join(dir, 'sds.yaml') });
   writeFileSync(join(dir, 'envoy.yaml'), rendered.bootstrap);
   writeFileSync(join(dir, 'sds.yaml'), rendered.sds ?? '');
@@ -411,14 +432,14 @@ test('kubernetes + compose – Envoy\'s readiness, preStop drain and health-chec
   const readiness = (envoy.readinessProbe!['exec'] as { command: string[] }).command;
   assert.notEqual(script(readiness, { ENVOY_ADMIN_PORT: String(adminPort) }), 0, 'not ready before Envoy runs');
   const args = envoy.args!.map((a, i, all) => (all[i - 1] === '-c' ? join(dir, 'envoy.yaml') : a));
-  const proc = spawn(envoyBinary(), args, { stdio: 'ignore' });
+  const { proc, output } = startEnvoy(args);
   try {
     let ready = false;
     for (let i = 0; i < 100 && !ready; i++) {
       ready = script(readiness, { ENVOY_ADMIN_PORT: String(adminPort) }) === 0;
       if (!ready) await sleep(100);
     }
-    assert.ok(ready, 'the readiness probe sees /ready LIVE');
+    assert.ok(ready, `the readiness probe sees /ready LIVE (${output()})`);
     const composeCheck = composeConfig().file.services['envoy']!.healthcheck!.test;
     assert.equal(composeCheck[0], 'CMD');
     assert.equal(script(['/bin/bash', '-c', composeCheck[3]!.replace('/9901 ', `/${adminPort} `)], {}), 0, 'the compose health check sees LIVE');
@@ -441,9 +462,8 @@ test('kubernetes (production) – the kubelet\'s probes still work when the clie
     const dir = tempDir('edge-k8s-probes-');
     const pki = generateDevPki(join(dir, 'pki'));
     const server = ensureEdgeServerCert(join(dir, 'edge'));
-    const [edgePort, adminPort] = [await freePort(), await freePort()];
-    const env = {
-      ...PRODUCTION_ENV, EDGE_PORT: String(edgePort), ENVOY_ADMIN_PORT: String(adminPort), ORDER_BACKEND_CA_FILE: pki.backendCaFile,
+    const env: Record<string, string> = {
+      ...await withOwnListenerPorts(PRODUCTION_ENV), ORDER_BACKEND_CA_FILE: pki.backendCaFile,
       EDGE_CLIENT_CERT_FILE: pki.clientCertFile, EDGE_CLIENT_KEY_FILE: pki.clientKeyFile, EDGE_TLS_CERT_FILE: server.certFile, EDGE_TLS_KEY_FILE: server.keyFile,
       ...(proxy === 'required' ? { EDGE_PROXY_PROTOCOL: 'required', XFF_NUM_TRUSTED_HOPS: '0' } : {}),
     };
@@ -452,7 +472,8 @@ test('kubernetes (production) – the kubelet\'s probes still work when the clie
     writeFileSync(join(dir, 'sds.yaml'), rendered.sds ?? '');
     writeFileSync(join(dir, SERVER_SDS_FILE), rendered.serverSds ?? '');
     const args = envoy.args!.map((a, i, all) => (all[i - 1] === '-c' ? join(dir, 'envoy.yaml') : a));
-    const proc = spawn(envoyBinary(), args, { stdio: 'ignore' });
+    const [edgePort, adminPort] = [Number(env['EDGE_PORT']), env['ENVOY_ADMIN_PORT']!];
+    const { proc, output } = startEnvoy(args);
     const probe = (): number | null => spawnSync(readiness[0]!, readiness.slice(1), { env: { PATH: process.env['PATH'] ?? '', ENVOY_ADMIN_PORT: String(adminPort) }, stdio: 'ignore', timeout: 5000 }).status;
     try {
       let ready = false;
@@ -460,7 +481,7 @@ test('kubernetes (production) – the kubelet\'s probes still work when the clie
         ready = probe() === 0;
         if (!ready) await sleep(100);
       }
-      assert.ok(ready, `PROXY protocol ${proxy}: the readiness probe sees /ready LIVE (the server certificate loaded)`);
+      assert.ok(ready, `PROXY protocol ${proxy}: the readiness probe sees /ready LIVE (the server certificate loaded; ${output()})`);
       // The kubelet's tcpSocket check: the connection is accepted (it sends nothing, neither TLS nor a PROXY header).
       const accepted = await new Promise<boolean>((resolve) => {
         const s = netConnect(edgePort, '127.0.0.1', () => { s.destroy(); resolve(true); });
