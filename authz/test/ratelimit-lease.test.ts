@@ -15,8 +15,10 @@ import { ConfigError, loadConfig } from '../src/common/config.ts';
 import { createLogger } from '../src/common/log.ts';
 import { createMetrics } from '../src/common/metrics.ts';
 import { BATCH, RATE_LIMIT_KEY_PREFIX, RedisBuckets, type BucketLimits, type LeasePolicy, type Take } from '../src/ratelimit/bucket.ts';
-import { createCheckLimiter, withGlobalLimit } from '../src/ratelimit/check-limit.ts';
-import { ALLOW } from '../src/authz/decision.ts';
+import { createCheckLimiter, TRIPLES_MAX, withGlobalLimit } from '../src/ratelimit/check-limit.ts';
+import { ALLOW, type Decision } from '../src/authz/decision.ts';
+import { encodeDecision } from '../src/authz/codec/response.ts';
+import { encodeAllowWithMetadata } from '../src/authz/codec/allow-encoder.ts';
 import type { AuthzInput } from '../src/authz/codec/request.ts';
 import { privateRedisForSuite } from './helpers.ts';
 
@@ -153,5 +155,37 @@ describe('ratelimit leases – on a private redis-server', () => {
     assert.ok(!(d instanceof Promise), 'a leased token needs no await');
     assert.equal(d.allow, true);
     assert.ok(d.responseHeaders?.some(([k]) => k === 'x-ratelimit-remaining'), 'with the global budget\'s headers');
+  });
+
+  test('an allow with the global budget\'s headers is one object per header triple, encoded once: the same bytes as the encoder writes per request', async () => {
+    const limits: BucketLimits = { rpsPerIp: 0.01, rateBurst: 1000, ratePrefixV6: 48, rpsPerPrefix: 0.01, prefixBurst: 5000 };
+    const b = new RedisBuckets(client, limits, () => {}, BATCH, { tokens: 8, ms: 1000 });
+    const metrics = createMetrics({ geoipBuildEpochSecs: () => 0, defaultMetrics: false });
+    const limiter = createCheckLimiter({ buckets: b, limits, metrics, logger });
+    const evaluate = withGlobalLimit(limiter, () => ALLOW);
+    // Two clients seen for the first time: the same triple (limit, 999 left, reset), the same object.
+    const first = await evaluate({ globalLimit: true, clientIp: ip() } as AuthzInput);
+    const second = await evaluate({ globalLimit: true, clientIp: ip() } as AuthzInput);
+    assert.deepEqual(second.responseHeaders, first.responseHeaders);
+    assert.equal(second, first, 'the same triple: the same decision');
+    const a = { globalLimit: true, clientIp: ip() } as AuthzInput;
+    const seen = new Map<string, Decision>();
+    for (let i = 0; i < 30; i++) {
+      const d = await evaluate(a);
+      seen.set(JSON.stringify(d.responseHeaders), d);
+      const bytes = encodeDecision(d, () => { throw new Error('not the serializer'); });
+      assert.deepEqual(bytes, encodeAllowWithMetadata([], undefined, d.responseHeaders), `remaining ${d.responseHeaders?.[1]?.[1]}`);
+      assert.equal(encodeDecision(d, () => Buffer.alloc(0)), bytes, 'encoded once, then the cached bytes');
+    }
+    // A frozen bucket: each Check leaves one token fewer, so 30 distinct triples.
+    assert.equal(seen.size, 30);
+    // A decision with its own payload (an order's allow) is never shared.
+    const order: Decision = { ...ALLOW, metadata: { payload: 'x' } };
+    const withPayload = withGlobalLimit(limiter, () => order);
+    const o1 = await withPayload(a);
+    const o2 = await withPayload(a);
+    assert.notEqual(o1, o2);
+    assert.equal(o1.metadata, order.metadata);
+    assert.ok(TRIPLES_MAX >= 1024);
   });
 });

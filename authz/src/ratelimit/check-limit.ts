@@ -50,6 +50,13 @@ const FAIL_OPEN: LimitVerdict = Object.freeze({});
 /** At most this many x-ratelimit-remaining headers are built at start-up (production bursts are tens). */
 export const REMAINING_TABLE_MAX = 1024;
 
+/**
+ * At most this many distinct x-ratelimit-* triples (and, per base decision, allows encoded with
+ * them) are kept; past it the cache starts afresh. Production bursts give a few hundred (limit ×
+ * remaining × reset); bench:edge's 10^6 burst about as many (a bucket kept near full).
+ */
+export const TRIPLES_MAX = 4096;
+
 /** Seconds until the bucket has one more whole token (0 when full), as the x-ratelimit-reset header writes it. */
 export function resetSeconds(b: BucketState, rps: number): number {
   return Math.ceil(nextTokenUs(b, rps) / 1_000_000);
@@ -75,11 +82,24 @@ export function createCheckLimiter(deps: CheckLimitDeps): CheckLimiter {
   const remainingHeaders: Header[] = Array.from({ length: tableSize }, (_, n) => ['x-ratelimit-remaining', String(n)]);
   const resetHeaders: Header[] = [];
   const resetHeader = (s: number): Header => (resetHeaders[s] ??= ['x-ratelimit-reset', String(s)]);
-  const headersOf = (t: Take): Header[] => {
+  // The triples themselves, one object per (bucket, remaining, reset) seen (withGlobalLimit keys
+  // its encoded allows by the triple): at most TRIPLES_MAX, then started afresh.
+  const triples = new Map<number, readonly Header[]>();
+  const headersOf = (t: Take): readonly Header[] => {
     const prefix = tighter(t, 1, limits) === 'prefix';
     const b: BucketState = prefix ? t.prefix! : t;
-    return [prefix ? prefixLimit : clientLimit, remainingHeaders[b.remaining] ?? ['x-ratelimit-remaining', String(b.remaining)],
-      resetHeader(resetSeconds(b, prefix ? limits.rpsPerPrefix : limits.rpsPerIp))];
+    const reset = resetSeconds(b, prefix ? limits.rpsPerPrefix : limits.rpsPerIp);
+    // remaining ≤ 5 × 10^7 (PREFIX_BURST's most) and reset < 2^16 in practice: a safe integer.
+    const key = reset < 65536 ? ((b.remaining * 2 + (prefix ? 1 : 0)) * 65536) + reset : -1;
+    let h = triples.get(key);
+    if (h === undefined) {
+      h = Object.freeze([prefix ? prefixLimit : clientLimit, remainingHeaders[b.remaining] ?? ['x-ratelimit-remaining', String(b.remaining)], resetHeader(reset)]);
+      if (key >= 0) {
+        if (triples.size >= TRIPLES_MAX) triples.clear();
+        triples.set(key, h);
+      }
+    }
+    return h;
   };
   // The 429s, one per distinct header set (a refused take has nothing left: in practice a few).
   const prefix = errorJsonPrefix('too many requests');
@@ -181,12 +201,29 @@ type Evaluate = (input: AuthzInput) => Decision | Promise<Decision>;
  * address that is not one, go straight to `decide` (the synchronous path stays synchronous).
  */
 export function withGlobalLimit(limiter: CheckLimiter, decide: Evaluate): Evaluate {
+  // An allow without a payload of its own (a read, an order's header phase: the shared ALLOW) with
+  // one header triple (the limiter's triples are one object each) is the same response every time:
+  // built once, so its bytes are encoded once (codec/response.ts caches them on the decision).
+  // At most TRIPLES_MAX per base decision, then started afresh.
+  const derived = new WeakMap<Decision, Map<readonly Header[], Decision>>();
+  const withHeaders = (d: Decision, headers: readonly Header[]): Decision => {
+    if (!d.allow || d.metadata !== undefined) return withLimitHeaders(d, headers);
+    let byTriple = derived.get(d);
+    if (byTriple === undefined) derived.set(d, byTriple = new Map());
+    let out = byTriple.get(headers);
+    if (out === undefined) {
+      if (byTriple.size >= TRIPLES_MAX) byTriple.clear();
+      out = withLimitHeaders(d, headers);
+      byTriple.set(headers, out);
+    }
+    return out;
+  };
   const apply = (input: AuthzInput, v: LimitVerdict): Decision | Promise<Decision> => {
     if (v.denial !== undefined) return v.denial;
     const headers = v.headers;
     const result = decide(input);
     if (headers === undefined) return result;
-    return result instanceof Promise ? result.then((d) => withLimitHeaders(d, headers)) : withLimitHeaders(result, headers);
+    return result instanceof Promise ? result.then((d) => withHeaders(d, headers)) : withHeaders(result, headers);
   };
   return (input) => {
     const verdict = input.globalLimit === true ? limiter(input.clientIp) : undefined;

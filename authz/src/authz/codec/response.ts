@@ -156,12 +156,13 @@ export function encodeDenial(d: Decision, requestId: string | undefined, seriali
  */
 export function encodeDecision(d: Decision, serialize: Serialize, requestId?: string): Buffer {
   if (!d.allow) return encodeDenial(d, requestId, serialize);
-  // An order's allow, built per order, and an allow carrying the global limit's x-ratelimit-*
-  // headers, built per request: encoded by hand (codec/allow-encoder.ts, byte-identical).
-  if (d.metadata !== undefined || d.responseHeaders !== undefined) return encodeAllowWithMetadata(d.headers, d.metadata, d.responseHeaders);
+  // An order's allow, built per order: encoded by hand (codec/allow-encoder.ts, byte-identical).
+  if (d.metadata !== undefined) return encodeAllowWithMetadata(d.headers, d.metadata, d.responseHeaders);
   let bytes = d.encoded;
   if (bytes === undefined) {
-    bytes = serialize(toCheckResponse(d));
+    // An allow carrying the global limit's x-ratelimit-* headers is one object per (allow, header
+    // triple) (ratelimit/check-limit.ts withGlobalLimit): encoded once too, by hand.
+    bytes = d.responseHeaders !== undefined ? encodeAllowWithMetadata(d.headers, undefined, d.responseHeaders) : serialize(toCheckResponse(d));
     // Decisions are frozen-in-spirit constants; the cache slot is the one mutable field.
     d.encoded = bytes;
   }
