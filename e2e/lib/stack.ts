@@ -21,6 +21,7 @@ import { freePort, PrivateRedis } from '../../testkit/redis-server.ts';
 import { generateDevPki, type DevPki } from '../../scripts/dev/certs.ts';
 import { createOrderBackend, type OrderBackend } from '../../scripts/dev/order-backend.ts';
 import { removeTempDir, tempDir } from '../../testkit/temp-dir.ts';
+import { recordPem, recordSecret, traceAudit } from '../../testkit/trace-ledger.ts';
 
 const ROOT = fileURLToPath(new URL('../../', import.meta.url));
 const NODE = join(ROOT, 'scripts', 'node');
@@ -113,11 +114,20 @@ export async function startStack(opts: StackOptions = {}): Promise<Stack> {
   const hmacKey = randomBytes(32);
   const feed = generateKeyPairSync('ed25519');
   const feedPub = Buffer.from(feed.publicKey.export({ format: 'jwk' }).x ?? '', 'base64url').toString('hex');
+  recordSecret('ingest HMAC key', hmacKey);
+  recordSecret('feed Ed25519 public key', Buffer.from(feedPub, 'hex'));
+  recordSecret('feed Ed25519 private key', Buffer.from(feed.privateKey.export({ format: 'jwk' }).d ?? '', 'base64url'));
+  if (traceAudit) for (const f of [pki.clientKeyFile, pki.backendKeyFile, pki.clientCaKeyFile, pki.rogueKeyFile]) recordPem(`PKI private key ${f}`, readFileSync(f, 'utf8'));
   const [edgePort, grpcPort, marketPort, adminPort, envoyAdminPort] = await Promise.all([freePort(), freePort(), freePort(), freePort(), freePort()]);
   // The admin token and the seal marker, as npm start and the deployments have them.
   const adminToken = randomBytes(32).toString('hex');
   writeFileSync(join(dir, 'admin-token'), `${adminToken}\n`, { mode: 0o600 });
-  if (opts.rateLimitServiceSelf === true) writeFileSync(join(dir, 'ratelimit-token'), `${randomBytes(32).toString('hex')}\n`, { mode: 0o600 });
+  recordSecret('admin token', adminToken);
+  if (opts.rateLimitServiceSelf === true) {
+    const rateLimitToken = randomBytes(32).toString('hex');
+    writeFileSync(join(dir, 'ratelimit-token'), `${rateLimitToken}\n`, { mode: 0o600 });
+    recordSecret('rate limit service token', rateLimitToken);
+  }
   const env: Record<string, string> = {
     EDGE_PORT: String(edgePort),
     AUTHZ_GRPC_PORT: String(grpcPort),
@@ -135,6 +145,8 @@ export async function startStack(opts: StackOptions = {}): Promise<Stack> {
     AUTHZ_ADMIN_TOKEN_FILE: join(dir, 'admin-token'),
     AUTHZ_SEAL_FILE: join(dir, 'sealed'),
     ...(opts.rateLimitServiceSelf === true ? { RATELIMIT_SERVICE_ADDRESS: `127.0.0.1:${grpcPort}`, RATELIMIT_SERVICE_TOKEN_FILE: join(dir, 'ratelimit-token') } : {}),
+    // The trace audit (npm run audit:traces): Envoy's config is rendered from this env, not from process.env.
+    ...(traceAudit ? { OTEL_EXPORTER_OTLP_ENDPOINT: process.env['OTEL_EXPORTER_OTLP_ENDPOINT'] ?? '' } : {}),
     ...opts.env,
   };
   const secrets = { EDGE_INGEST_HMAC: `hex:${hmacKey.toString('hex')}`, EDGE_FEED_ED25519_PUBLIC_KEY: feedPub };
