@@ -61,6 +61,8 @@ export interface AuditResult {
   /** Distinct forms searched for, and how many recorded values were too short to search. */
   readonly secrets: number;
   readonly tooShort: number;
+  /** Spans whose parent was not exported (a process stopped before its last batch went out): what the audit could not see. */
+  readonly unparented: number;
   readonly findings: Finding[];
 }
 
@@ -136,12 +138,16 @@ const ENVOY_SET = new Set(ENVOY_SPAN_TAGS);
 export async function auditSpans(spans: AsyncIterable<Span> | Iterable<Span>, ledger: readonly LedgerEntry[]): Promise<AuditResult> {
   const index = new SecretIndex(ledger);
   const traces = new Set<string>();
+  const spanIds = new Set<string>();
+  const parents: string[] = [];
   const findings: Finding[] = [];
   let count = 0;
   let values = 0;
   for await (const s of spans) {
     count += 1;
     traces.add(s.traceId);
+    spanIds.add(s.spanId);
+    if (s.parentSpanId !== '') parents.push(s.parentSpanId);
     const found = (what: Finding['what'], detail: string): void => {
       findings.push({ traceId: s.traceId, spanId: s.spanId, service: s.service, span: s.name, what, detail });
     };
@@ -153,7 +159,8 @@ export async function auditSpans(spans: AsyncIterable<Span> | Iterable<Span>, le
       if (secret !== undefined) found('secret', `${where} carries ${secret}`);
     }
   }
-  return { traces: traces.size, spans: count, values, secrets: index.size, tooShort: index.tooShort, findings };
+  const unparented = parents.filter((p) => !spanIds.has(p)).length;
+  return { traces: traces.size, spans: count, values, secrets: index.size, tooShort: index.tooShort, unparented, findings };
 }
 
 /** The ledger's entries (testkit/trace-ledger.ts). */
@@ -176,8 +183,9 @@ export async function checkDir(dir: string): Promise<AuditResult> {
 /** The result as printed: the counts, then one line per finding (at most 50, then how many more). */
 export function report(r: AuditResult): string {
   const lines = [
-    `trace audit: ${r.traces} traces, ${r.spans} spans, ${r.values} values checked, ${r.secrets} secret forms searched `
-      + `(${r.tooShort} recorded values under ${MIN_SECRET_CHARS} chars not searched): ${r.findings.length === 0 ? 'no finding' : `${r.findings.length} finding(s)`}`,
+    `trace audit: ${r.traces} traces, ${r.spans} spans (${r.unparented} whose parent was not exported), ${r.values} values checked, `
+      + `${r.secrets} secret forms searched (${r.tooShort} recorded values under ${MIN_SECRET_CHARS} chars not searched): `
+      + `${r.findings.length === 0 ? 'no finding' : `${r.findings.length} finding(s)`}`,
   ];
   for (const f of r.findings.slice(0, 50)) lines.push(`  ${f.what}: ${f.detail}${f.spanId === '' ? '' : ` — span ${JSON.stringify(f.span)} of ${f.service} (trace ${f.traceId}, span ${f.spanId})`}`);
   if (r.findings.length > 50) lines.push(`  … and ${r.findings.length - 50} more`);

@@ -68,10 +68,11 @@ test('a clean run passes: every span, value and secret form counted, no finding'
   assert.deepEqual(r.findings, [], report(r));
   assert.equal(r.spans, 2);
   assert.equal(r.traces, 2);
+  assert.equal(r.unparented, 0);
   // Per span: name, status message, trace state, its attributes, the resource's (service.name), scope name and version.
   assert.equal(r.values, (3 + 5 + 1 + 2) + (3 + 3 + 1 + 2));
   assert.equal(r.secrets, secretForms(KEY.toString('hex')).length + secretForms(NONCE).length);
-  assert.match(report(r), /^trace audit: 2 traces, 2 spans, 20 values checked, \d+ secret forms searched \(0 recorded values under 16 chars not searched\): no finding$/);
+  assert.match(report(r), /^trace audit: 2 traces, 2 spans \(0 whose parent was not exported\), 20 values checked, \d+ secret forms searched \(0 recorded values under 16 chars not searched\): no finding$/);
 });
 
 test('a secret planted in a span is found: the HMAC key as base64 in Envoy\'s URL tag, the nonce upper-case in an event name', async () => {
@@ -115,5 +116,5 @@ test('the command line: exit 1 and the findings printed when a secret was export
   assert.match(leaky.out, /1 finding\(s\)\n {2}secret: span attribute "user_agent" carries ingest HMAC key/);
   const clean = await run(await auditDir([envoy], LEDGER));
   assert.equal(clean.code, 0, clean.out);
-  assert.match(clean.out, /^trace audit: 1 traces, 1 spans, \d+ values checked, \d+ secret forms searched .*: no finding\n$/);
+  assert.match(clean.out, /^trace audit: 1 traces, 1 spans \(0 whose parent was not exported\), \d+ values checked, \d+ secret forms searched .*: no finding\n$/);
 });
