@@ -36,6 +36,7 @@ import { scratchDir } from '../testkit/geo-fixtures.ts';
 import { newFeedKey } from '../testkit/feed.ts';
 import { forgedIngestHeaders, holdMany, holdOne, release, rssMb as processRssMb, type HeldConnection, type HeldRequest } from './lib/held-bodies.ts';
 import { freePort } from '../testkit/redis-server.ts';
+import { traceAudit } from '../testkit/trace-ledger.ts';
 
 /**
  * Under the containers driver the client reaches Envoy through Docker's port publishing (a userland
@@ -214,8 +215,16 @@ describe('attacks on one stack', () => {
     assert.equal(r.status, 200, r.text);
     const d = stack.backend.deliveries[before]!;
     assert.deepEqual(d.body, payload);
-    const { host, 'x-edge-policy': policy, ...rest } = d.headers;
+    const { host, 'x-edge-policy': policy, traceparent, tracestate, ...rest } = d.headers;
     assert.equal(host, new URL(stack.env['ORDER_BACKEND_URL']!).host, 'the backend\'s own authority');
+    if (traceAudit) {
+      // Under the trace audit (npm run audit:traces) traces are on: Envoy sends the backend the
+      // context of its own upstream span (docs/operations.md "Traces"), and only that.
+      assert.match(String(traceparent), /^00-[0-9a-f]{32}-[0-9a-f]{16}-01$/);
+      assert.ok(tracestate === undefined || tracestate === '', String(tracestate));
+    } else {
+      assert.deepEqual([traceparent, tracestate], [undefined, undefined], 'without traces no trace context is sent');
+    }
     // The version of the geo policy that admitted it (no GEO_POLICY_FILE here: the settings' env-…).
     assert.match(String(policy), /^env-[0-9a-f]{12}$/);
     assert.deepEqual(rest, {

@@ -39,7 +39,7 @@ import { docBlock, docFiles, fences, replacing, splitBefore, withoutLines } from
 import { composeSkipReason, freeSubnet, interpolatedNames } from './lib/compose.ts';
 import { containerSuite, dockerCli } from './lib/images.ts';
 import { newPauseImages, podmanWith, probePodman } from './lib/pod.ts';
-import { Collected } from './lib/npm-start.ts';
+import { Collected, recordRunDir } from './lib/npm-start.ts';
 
 /** A bash whose output is collected, in its own process group (killed whole at the end). */
 class Shell extends Collected {
@@ -193,6 +193,7 @@ describe('docs/policy-testing.md against npm start, as written', () => {
       stack.kill();
     }
     if (runDir === '') return;
+    recordRunDir(runDir); // the trace audit's ledger (a no-op otherwise): this stack's keys
     for (const keys of ['pki', 'dev.env', 'admin-token', 'ratelimit-token']) rmSync(join(runDir, keys), { recursive: true, force: true });
     rmSync(runDir, { recursive: true, force: true });
   });

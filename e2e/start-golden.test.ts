@@ -32,7 +32,8 @@ function normalized(text: string, run: string, ports: ReadonlyMap<number, number
 test('npm start with no settings renders the npm-start golden profile (run directory and ports aside)', { timeout: 120_000 }, async () => {
   const run = tempDir('edge-golden-start-');
   const ports = new Map<number, number>();
-  // Only what a shell needs: no setting of this process's environment may change the render.
+  // Only what a shell needs: no setting of this process's environment may change the render
+  // (not even the trace audit's OTEL_EXPORTER_OTLP_ENDPOINT: this one stack is never traced).
   const env: Record<string, string> = { PATH: process.env['PATH'] ?? '/usr/bin:/bin', HOME: process.env['HOME'] ?? run, DEV_RUN_DIR: run };
   if (process.env['TMPDIR'] !== undefined) env['TMPDIR'] = process.env['TMPDIR'];
   for (const [name, def] of Object.entries(DEFAULT_PORTS)) {

@@ -9,6 +9,8 @@ import { randomBytes } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { getCACertificates, setDefaultCACertificates } from 'node:tls';
 import { signedIngest, demoDocument } from '../../scripts/edge-client.ts';
+import { HEADER } from '../../authz/src/common/contract.ts';
+import { recordSecret, traceAudit } from '../../testkit/trace-ledger.ts';
 import type { Stack } from './stack.ts';
 import { validateResponse } from './openapi-validate.ts';
 
@@ -43,6 +45,11 @@ export interface Reply {
 /** `baseUrl`: another listener of the stack (stack.ingestUrl); default the public one, stack.edgeUrl. */
 export async function request(stack: Stack, method: string, path: string, opts: { ip?: string; body?: Buffer | string; headers?: Record<string, string>; baseUrl?: string } = {}): Promise<Reply> {
   const headers: Record<string, string> = { 'x-forwarded-for': opts.ip ?? allowedIp(), ...opts.headers };
+  // The trace audit: whatever signed or authenticated header a test sends, however it made it.
+  if (traceAudit) {
+    for (const h of [HEADER.signature, HEADER.nonce, 'authorization']) recordSecret(`${h} header`, headers[h]);
+    recordOrderPayload(opts.body);
+  }
   const body = opts.body === undefined ? undefined : typeof opts.body === 'string' ? opts.body : new Uint8Array(opts.body);
   const res = await fetch(`${opts.baseUrl ?? stack.edgeUrl}${path}`, { method, headers, body });
   const text = await res.text();
@@ -51,9 +58,28 @@ export async function request(stack: Stack, method: string, path: string, opts: 
   return { status: res.status, headers: res.headers, text, json: () => JSON.parse(text) as Record<string, unknown> };
 }
 
+/** Bytes as text when every byte is printable ASCII (a payload a test wrote as a string), else undefined. */
+const printable = (b: Buffer): string | undefined => (/^[\x20-\x7e]+$/.test(b.toString('latin1')) ? b.toString('latin1') : undefined);
+
+/** The trace audit: the payload of an order body however the test built it (as sent, and decoded). */
+function recordOrderPayload(body: Buffer | string | undefined): void {
+  let payload: unknown;
+  try {
+    payload = (JSON.parse(String(body)) as Record<string, unknown>)['payload'];
+  } catch { return; }
+  if (typeof payload !== 'string') return;
+  const bytes = Buffer.from(payload, 'base64');
+  recordSecret('order payload', payload, bytes, printable(bytes));
+}
+
 /** A signed ingest of `doc` with the stack's keys. */
 export function signed(stack: Stack, doc: Buffer, conditionId: string): { body: Buffer; headers: Record<string, string> } {
-  return signedIngest(doc, conditionId, stack.hmacKey, stack.feedPrivateKey);
+  const s = signedIngest(doc, conditionId, stack.hmacKey, stack.feedPrivateKey);
+  if (traceAudit) {
+    recordSecret('signed ingest', s.headers[HEADER.signature], s.headers[HEADER.nonce], s.body.toString('base64'));
+    recordSecret('feed signature', (JSON.parse(s.body.toString()) as { s: string }).s);
+  }
+  return s;
 }
 
 /** A signed ingest, sent where the stack serves ingest: its ingest listener (INGEST_PORT), else the public one. */
@@ -64,6 +90,7 @@ export function ingest(stack: Stack, conditionId: string, seq: number, extra: Re
 }
 
 export function orderBody(marketId: string, payload: Buffer, extra: Record<string, unknown> = {}): string {
+  recordSecret('order payload', payload, printable(payload));
   return JSON.stringify({ marketId, deadline: Math.floor(Date.now() / 1000) + 60, size: '10', payload: payload.toString('base64'), ...extra });
 }
 

@@ -7,13 +7,14 @@
  */
 import assert from 'node:assert/strict';
 import { spawn, type ChildProcess } from 'node:child_process';
-import { readFileSync } from 'node:fs';
+import { readdirSync, readFileSync } from 'node:fs';
 import { connect } from 'node:net';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { fileURLToPath } from 'node:url';
 import { freePort } from '../../testkit/redis-server.ts';
 import { tempDir } from '../../testkit/temp-dir.ts';
+import { recordPem, recordSecret, traceAudit } from '../../testkit/trace-ledger.ts';
 
 const ROOT = fileURLToPath(new URL('../../', import.meta.url));
 const NODE = join(ROOT, 'scripts', 'node');
@@ -30,6 +31,8 @@ export class Collected {
     child.stdout?.on('data', (d: Buffer) => { this.out += d.toString(); });
     child.stderr?.on('data', (d: Buffer) => { this.out += d.toString(); });
     this.exited = new Promise((resolve) => child.once('exit', (code) => resolve(code)));
+    // The trace audit: what the stack wrote (its keys) is in the ledger before a test removes it.
+    if (traceAudit) child.once('exit', () => { for (const d of freshRunDirs) recordRunDir(d); });
   }
   /** Waits until the output matches `re`, the process exits or `ms` pass, then asserts the match (the output in the message). */
   async waitFor(re: RegExp, ms: number): Promise<void> {
@@ -83,6 +86,41 @@ const OUTSIDE_SETTINGS = [
   'GEOIP_DB', 'NODE_TEST_CONTEXT',
 ] as const;
 
+/** The run directories freshStart made (the trace audit reads their secrets when a child exits). */
+const freshRunDirs = new Set<string>();
+
+/** A hex or base64 key's bytes (a `hex:`/`base64:` prefix as the service's key formats have it), else undefined. */
+function keyBytes(v: string): Buffer | undefined {
+  const raw = v.replace(/^(hex|base64):/, '');
+  if (/^([0-9a-fA-F]{2}){16,}$/.test(raw)) return Buffer.from(raw, 'hex');
+  return /^[A-Za-z0-9+/]{22,}={0,2}$/.test(raw) ? Buffer.from(raw, 'base64') : undefined;
+}
+
+/**
+ * The trace audit (testkit/trace-ledger.ts): the secrets npm start wrote into `runDir` (dev.env's
+ * values, the admin and rate limit tokens, the PKI's private keys) and the order files (*.bin) a
+ * test put there, into the ledger; a no-op outside the audit or once the directory is gone.
+ */
+export function recordRunDir(runDir: string): void {
+  if (!traceAudit) return;
+  const bytes = (f: string): Buffer | undefined => {
+    try {
+      return readFileSync(join(runDir, f));
+    } catch { return undefined; }
+  };
+  const read = (f: string): string | undefined => bytes(f)?.toString('utf8');
+  for (const [k, v] of Object.entries(parseKeys(read('dev.env') ?? ''))) if (/HMAC|KEY|TOKEN/.test(k)) recordSecret(`npm start dev.env ${k}`, v, keyBytes(v));
+  for (const f of ['admin-token', 'ratelimit-token']) recordSecret(`npm start ${f}`, read(f)?.trim());
+  let files: string[];
+  try {
+    files = readdirSync(runDir, { recursive: true, encoding: 'utf8' });
+  } catch { return; }
+  for (const f of files) {
+    if (f.endsWith('.key')) recordPem(`npm start ${f}`, read(f) ?? '');
+    else if (f.endsWith('.bin')) recordSecret(`order file ${f}`, bytes(f));
+  }
+}
+
 export interface FreshStart<P extends StartPort = StartPort> {
   readonly runDir: string;
   readonly ports: Record<P, number>;
@@ -98,6 +136,7 @@ export async function freshStart<P extends StartPort = StartPort>(opts: {
   prefix?: string; runDir?: string; ports?: readonly P[]; unset?: readonly string[]; extra?: Record<string, string>;
 } = {}): Promise<FreshStart<P>> {
   const runDir = opts.runDir ?? tempDir(opts.prefix ?? 'edge-start-');
+  if (traceAudit) freshRunDirs.add(runDir);
   const names = opts.ports ?? (START_PORTS as readonly StartPort[] as readonly P[]);
   const ports = Object.fromEntries(await Promise.all(names.map(async (k) => [k, await freePort()] as const))) as Record<P, number>;
   const env: Record<string, string> = { ...process.env as Record<string, string>, DEV_RUN_DIR: runDir, LOG_LEVEL: 'warn' };
@@ -108,7 +147,10 @@ export async function freshStart<P extends StartPort = StartPort>(opts: {
 
 /** The settings of a keys file (the run directory's dev.env): its `NAME=value` lines. */
 export function keysOf(file: string): Record<string, string> {
-  return Object.fromEntries(readFileSync(file, 'utf8').split('\n')
+  return parseKeys(readFileSync(file, 'utf8'));
+}
+function parseKeys(text: string): Record<string, string> {
+  return Object.fromEntries(text.split('\n')
     .filter((l) => /^[A-Z0-9_]+=/.test(l)).map((l) => [l.slice(0, l.indexOf('=')), l.slice(l.indexOf('=') + 1)]));
 }
 

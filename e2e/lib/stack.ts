@@ -21,9 +21,12 @@ import { freePort, PrivateRedis } from '../../testkit/redis-server.ts';
 import { generateDevPki, type DevPki } from '../../scripts/dev/certs.ts';
 import { createOrderBackend, type OrderBackend } from '../../scripts/dev/order-backend.ts';
 import { removeTempDir, tempDir } from '../../testkit/temp-dir.ts';
+import { recordPem, recordSecret, traceAudit } from '../../testkit/trace-ledger.ts';
 
 const ROOT = fileURLToPath(new URL('../../', import.meta.url));
 const NODE = join(ROOT, 'scripts', 'node');
+/** Envoy's trace export interval under the trace audit (its default: 5 s). */
+const AUDIT_FLUSH_MS = 250;
 
 export interface StackOptions {
   /** Extra env for both the TS service and the renderer (e.g. RPS_PER_IP, BLOCKED_COUNTRIES). */
@@ -113,11 +116,20 @@ export async function startStack(opts: StackOptions = {}): Promise<Stack> {
   const hmacKey = randomBytes(32);
   const feed = generateKeyPairSync('ed25519');
   const feedPub = Buffer.from(feed.publicKey.export({ format: 'jwk' }).x ?? '', 'base64url').toString('hex');
+  recordSecret('ingest HMAC key', hmacKey);
+  recordSecret('feed Ed25519 public key', Buffer.from(feedPub, 'hex'));
+  recordSecret('feed Ed25519 private key', Buffer.from(feed.privateKey.export({ format: 'jwk' }).d ?? '', 'base64url'));
+  if (traceAudit) for (const f of [pki.clientKeyFile, pki.backendKeyFile, pki.clientCaKeyFile, pki.rogueKeyFile]) recordPem(`PKI private key ${f}`, readFileSync(f, 'utf8'));
   const [edgePort, grpcPort, marketPort, adminPort, envoyAdminPort] = await Promise.all([freePort(), freePort(), freePort(), freePort(), freePort()]);
   // The admin token and the seal marker, as npm start and the deployments have them.
   const adminToken = randomBytes(32).toString('hex');
   writeFileSync(join(dir, 'admin-token'), `${adminToken}\n`, { mode: 0o600 });
-  if (opts.rateLimitServiceSelf === true) writeFileSync(join(dir, 'ratelimit-token'), `${randomBytes(32).toString('hex')}\n`, { mode: 0o600 });
+  recordSecret('admin token', adminToken);
+  if (opts.rateLimitServiceSelf === true) {
+    const rateLimitToken = randomBytes(32).toString('hex');
+    writeFileSync(join(dir, 'ratelimit-token'), `${rateLimitToken}\n`, { mode: 0o600 });
+    recordSecret('rate limit service token', rateLimitToken);
+  }
   const env: Record<string, string> = {
     EDGE_PORT: String(edgePort),
     AUTHZ_GRPC_PORT: String(grpcPort),
@@ -135,6 +147,8 @@ export async function startStack(opts: StackOptions = {}): Promise<Stack> {
     AUTHZ_ADMIN_TOKEN_FILE: join(dir, 'admin-token'),
     AUTHZ_SEAL_FILE: join(dir, 'sealed'),
     ...(opts.rateLimitServiceSelf === true ? { RATELIMIT_SERVICE_ADDRESS: `127.0.0.1:${grpcPort}`, RATELIMIT_SERVICE_TOKEN_FILE: join(dir, 'ratelimit-token') } : {}),
+    // The trace audit (npm run audit:traces): Envoy's config is rendered from this env, not from process.env.
+    ...(traceAudit ? { OTEL_EXPORTER_OTLP_ENDPOINT: process.env['OTEL_EXPORTER_OTLP_ENDPOINT'] ?? '' } : {}),
     ...opts.env,
   };
   const secrets = { EDGE_INGEST_HMAC: `hex:${hmacKey.toString('hex')}`, EDGE_FEED_ED25519_PUBLIC_KEY: feedPub };
@@ -199,6 +213,13 @@ export async function startStack(opts: StackOptions = {}): Promise<Stack> {
     // TLS or PROXY protocol: a plain fetch cannot ask; Envoy is LIVE once its SDS secrets loaded (the service is up already).
     await waitFor(async () => (await (await fetch(`http://127.0.0.1:${envoyAdminPort}/ready`)).text()).trim() === 'LIVE', Number(process.env['E2E_START_TIMEOUT_MS'] ?? 20_000), 'Envoy LIVE').catch(abandon);
   }
+  // The trace audit: Envoy exports every 5 s and drops what it holds when stopped, so the spans of
+  // a stack's last seconds would escape the audit. Its admin runtime layer (envoy/render/tracing.ts)
+  // shortens the interval for this Envoy only (from its next flush on); stop() waits for one more.
+  if (traceAudit) {
+    await fetch(`http://127.0.0.1:${envoyAdminPort}/runtime_modify?tracing.opentelemetry.flush_interval_ms=${AUDIT_FLUSH_MS}`, { method: 'POST' })
+      .then((r) => { if (!r.ok) throw new Error(`Envoy's runtime_modify: ${r.status}`); }).catch(abandon);
+  }
 
   const stack: Stack = {
     dir, edgeUrl, ingestUrl, env, pki, redis, hmacKey,
@@ -233,6 +254,7 @@ export async function startStack(opts: StackOptions = {}): Promise<Stack> {
     },
     startAuthz,
     async stop() {
+      if (traceAudit) await sleep(2 * AUDIT_FLUSH_MS);
       const procs = [envoy, authz].filter((p): p is ChildProcess => p !== undefined);
       for (const p of procs) p.kill('SIGTERM');
       await Promise.race([Promise.all(procs.map(exitOf)), sleep(5000)]);

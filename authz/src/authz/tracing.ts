@@ -41,6 +41,12 @@ export const SPAN_ATTRIBUTE = {
   httpStatus: 'http.response.status_code',
 } as const;
 
+/** The attributes every Check span starts with (OpenTelemetry's RPC convention). */
+export const RPC_ATTRIBUTES = { 'rpc.system': 'grpc', 'rpc.service': 'envoy.service.auth.v3.Authorization', 'rpc.method': 'Check' } as const;
+
+/** Every attribute name a Check span may carry: nothing else is ever set on it. */
+export const CHECK_SPAN_ATTRIBUTE_NAMES: readonly string[] = [...Object.keys(RPC_ATTRIBUTES), ...Object.values(SPAN_ATTRIBUTE)];
+
 /** The span of one Check: ended with its decision. */
 export interface CheckSpan {
   end(input: AuthzInput, d: Decision): void;
@@ -94,7 +100,7 @@ export async function startTracing(config: TracingConfig, logger: Logger, batchD
       const ctx = parent === null ? ROOT_CONTEXT : trace.setSpanContext(ROOT_CONTEXT, { ...parent, isRemote: true });
       const span = tracer.startSpan(CHECK_SPAN_NAME, {
         kind: SpanKind.SERVER,
-        attributes: { 'rpc.system': 'grpc', 'rpc.service': 'envoy.service.auth.v3.Authorization', 'rpc.method': 'Check' },
+        attributes: RPC_ATTRIBUTES,
       }, ctx);
       const sc = span.spanContext();
       input.traceparent = `00-${sc.traceId}-${sc.spanId}-0${sc.traceFlags & 1}`;
