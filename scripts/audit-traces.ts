@@ -7,11 +7,12 @@
  * The run's settings: EDGE_E2E_TRACE_AUDIT=<dir> (the audit mode: the ledger, the exports) and
  * OTEL_EXPORTER_OTLP_ENDPOINT=<the receiver>, inherited by every process the tests start (npm
  * start, the docs' walkthroughs, the e2e stack, which also renders Envoy's tracer with it).
- * Arguments: test files instead of the whole suite (e.g. e2e/traces.test.ts). The directory is
- * kept (printed at the end); exit 1 when a test or the checker failed.
+ * Arguments: test files instead of the whole suite (e.g. e2e/traces.test.ts). The directory
+ * (~230 MB for the whole suite) is removed when everything passed and kept for a look when a test
+ * or the checker failed (exit 1; its path printed), or always with EDGE_E2E_TRACE_AUDIT_KEEP=1.
  */
 import { spawn } from 'node:child_process';
-import { mkdtempSync } from 'node:fs';
+import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -39,5 +40,8 @@ await sleep(LAST_EXPORT_WAIT_MS);
 await receiver.stop();
 const result = await checkDir(dir);
 const minutes = ((Date.now() - started) / 60_000).toFixed(1);
-process.stdout.write(`${report(result)}\ntests: ${code === 0 ? 'passed' : `FAILED (exit ${code})`}; ${minutes} min; exports and ledger kept in ${dir}\n`);
-process.exitCode = code === 0 && result.findings.length === 0 ? 0 : 1;
+const passed = code === 0 && result.findings.length === 0;
+const keep = !passed || process.env['EDGE_E2E_TRACE_AUDIT_KEEP'] === '1';
+if (!keep) rmSync(dir, { recursive: true, force: true });
+process.stdout.write(`${report(result)}\ntests: ${code === 0 ? 'passed' : `FAILED (exit ${code})`}; ${minutes} min; exports and ledger ${keep ? `kept in ${dir}` : 'removed'}\n`);
+process.exitCode = passed ? 0 : 1;

@@ -14,7 +14,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { fileURLToPath } from 'node:url';
 import { freePort } from '../../testkit/redis-server.ts';
 import { tempDir } from '../../testkit/temp-dir.ts';
-import { recordPem, recordSecret, traceAudit } from '../../testkit/trace-ledger.ts';
+import { recordPem, recordSecret, shortenEnvoyFlush, traceAudit } from '../../testkit/trace-ledger.ts';
 
 const ROOT = fileURLToPath(new URL('../../', import.meta.url));
 const NODE = join(ROOT, 'scripts', 'node');
@@ -26,13 +26,28 @@ export class Collected {
   readonly exited: Promise<number | null>;
   /** The exit code `stop` saw, or `killed` when SIGINT did not stop it within the bound. */
   code: number | null | 'killed' | undefined;
-  constructor(child: ChildProcess) {
+  /** Under the trace audit, once the stack's Envoy exports every AUDIT_FLUSH_MS: how long a stop waits for its last spans. */
+  #untilFlushed: (() => number) | undefined;
+  constructor(child: ChildProcess, envoyAdminPort?: string) {
     this.child = child;
     child.stdout?.on('data', (d: Buffer) => { this.out += d.toString(); });
     child.stderr?.on('data', (d: Buffer) => { this.out += d.toString(); });
     this.exited = new Promise((resolve) => child.once('exit', (code) => resolve(code)));
     // The trace audit: what the stack wrote (its keys) is in the ledger before a test removes it.
     if (traceAudit) child.once('exit', () => { for (const d of freshRunDirs) recordRunDir(d); });
+    // The trace audit: npm start's Envoy exports every 5 s and drops what it holds when stopped;
+    // once its admin answers, it exports every AUDIT_FLUSH_MS instead, so its last spans are audited.
+    if (traceAudit && envoyAdminPort !== undefined) void this.#shortenFlush(envoyAdminPort);
+  }
+  async #shortenFlush(adminPort: string): Promise<void> {
+    while (this.child.exitCode === null && this.child.signalCode === null) {
+      try {
+        this.#untilFlushed = await shortenEnvoyFlush(adminPort);
+        return;
+      } catch {
+        await sleep(200); // Envoy not up yet (or this run does not trace: then it never is)
+      }
+    }
   }
   /** Waits until the output matches `re`, the process exits or `ms` pass, then asserts the match (the output in the message). */
   async waitFor(re: RegExp, ms: number): Promise<void> {
@@ -53,6 +68,7 @@ export class Collected {
    * Never throws, so it can end a `finally`; the caller asserts `code`.
    */
   async stop(ms = 30_000): Promise<void> {
+    if (this.#untilFlushed !== undefined) await sleep(this.#untilFlushed());
     if (this.child.exitCode === null && this.child.signalCode === null) this.child.kill('SIGINT');
     const timer = new AbortController();
     const code = await Promise.race([this.exited, sleep(ms, 'timeout' as const, { signal: timer.signal }).catch(() => 'aborted' as const)]);
@@ -73,7 +89,7 @@ export class Collected {
 
 /** scripts/start.ts (what `npm start` runs after setup) with `env`, from the checkout's root. */
 export function startScript(env: Record<string, string>): Collected {
-  return new Collected(spawn(NODE, [join(ROOT, 'scripts/start.ts')], { cwd: ROOT, env, stdio: ['ignore', 'pipe', 'pipe'] }));
+  return new Collected(spawn(NODE, [join(ROOT, 'scripts/start.ts')], { cwd: ROOT, env, stdio: ['ignore', 'pipe', 'pipe'] }), env['ENVOY_ADMIN_PORT']);
 }
 
 /** The port settings npm start listens on or renders. */

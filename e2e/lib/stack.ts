@@ -21,12 +21,10 @@ import { freePort, PrivateRedis } from '../../testkit/redis-server.ts';
 import { generateDevPki, type DevPki } from '../../scripts/dev/certs.ts';
 import { createOrderBackend, type OrderBackend } from '../../scripts/dev/order-backend.ts';
 import { removeTempDir, tempDir } from '../../testkit/temp-dir.ts';
-import { recordPem, recordSecret, traceAudit } from '../../testkit/trace-ledger.ts';
+import { recordPem, recordSecret, shortenEnvoyFlush, traceAudit } from '../../testkit/trace-ledger.ts';
 
 const ROOT = fileURLToPath(new URL('../../', import.meta.url));
 const NODE = join(ROOT, 'scripts', 'node');
-/** Envoy's trace export interval under the trace audit (its default: 5 s). */
-const AUDIT_FLUSH_MS = 250;
 
 export interface StackOptions {
   /** Extra env for both the TS service and the renderer (e.g. RPS_PER_IP, BLOCKED_COUNTRIES). */
@@ -216,10 +214,7 @@ export async function startStack(opts: StackOptions = {}): Promise<Stack> {
   // The trace audit: Envoy exports every 5 s and drops what it holds when stopped, so the spans of
   // a stack's last seconds would escape the audit. Its admin runtime layer (envoy/render/tracing.ts)
   // shortens the interval for this Envoy only (from its next flush on); stop() waits for one more.
-  if (traceAudit) {
-    await fetch(`http://127.0.0.1:${envoyAdminPort}/runtime_modify?tracing.opentelemetry.flush_interval_ms=${AUDIT_FLUSH_MS}`, { method: 'POST' })
-      .then((r) => { if (!r.ok) throw new Error(`Envoy's runtime_modify: ${r.status}`); }).catch(abandon);
-  }
+  const untilFlushed = traceAudit ? await shortenEnvoyFlush(envoyAdminPort).catch(abandon) : undefined;
 
   const stack: Stack = {
     dir, edgeUrl, ingestUrl, env, pki, redis, hmacKey,
@@ -254,7 +249,7 @@ export async function startStack(opts: StackOptions = {}): Promise<Stack> {
     },
     startAuthz,
     async stop() {
-      if (traceAudit) await sleep(2 * AUDIT_FLUSH_MS);
+      if (untilFlushed !== undefined) await sleep(untilFlushed());
       const procs = [envoy, authz].filter((p): p is ChildProcess => p !== undefined);
       for (const p of procs) p.kill('SIGTERM');
       await Promise.race([Promise.all(procs.map(exitOf)), sleep(5000)]);
