@@ -140,9 +140,10 @@ const MEMORY_FINDINGS = `Where the memory goes (investigated 2026-11-24 with \`-
 - In a container with a memory limit Node derives V8's limits from the cgroup, so the default sizing there is smaller
   than on this host; the explicit flag makes the bound the same everywhere.
 - **\`--max-old-space-size=256\` since 2026-11-27: the growth during a query burst.** Not near the live heap (~25 MB,
-  the caches' byte bounds ~120 MiB together): it is what V8 derives in the pod (512 Mi limit), and it caps how far V8
-  lets the heap grow between full collections at ×1.3–1.4 instead of the ×4 it allows with the 4 GiB it sizes on
-  this host (see "Findings: the old generation's growth during a query burst" below).
+  the caches' byte bounds ~120 MiB together), and the limit V8's own formula gives for the pod's 512 Mi (a quarter of
+  the memory, ×2 on 64-bit; not measured in a pod). It caps how far V8 lets the heap grow between full collections at
+  ×1.3–1.4 instead of the ×4 it allows with the 4 GiB it sizes on this host, and costs CPU on the allocation-heaviest
+  requests (see "Findings: the old generation's growth during a query burst" below).
 - **What stays after the burst is V8's old space, not the allocator.** After the 100,000 ingests the heap's total is
   84–90 MB for a heap used of 30–50 MB (garbage V8 has not given back). Allocator variants, side by side on the
   compiled service (2026-11-25, quiet machine, 100,000 markets): glibc with fixed thresholds

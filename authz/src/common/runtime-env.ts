@@ -14,12 +14,16 @@
  *   grow between full collections. V8 derives both from the machine's memory: on a 24 GiB host a
  *   4 GiB limit and a growing factor of up to ×4 (chosen when the collector keeps up, as under a
  *   query burst), so a burst that promotes ~3 KB of per-request garbage per query let the heap
- *   reach ~90 MB committed for ~25 MB live before the next full collection (RSS +60–110 MB over
+ *   reach ~90 MB committed for ~25 MB live before the next full collection (RSS +57–110 MB over
  *   10^5 distinct queries). With 256 MiB V8 caps the factor at ×1.3–1.4 (`--trace-gc-verbose`
- *   prints it), which is what it already derives in the pod (its 512 Mi limit gives V8 256 MiB of
- *   old generation), so every host now sizes it as the pod does. The caches' byte bounds
- *   (~120 MiB together, redis-store.ts) and the ~25 MB base stay far below it; the container's
- *   limit, not this, is what a larger heap would meet first.
+ *   prints it): +17–20 MB over the same burst. 256 MiB is also the limit V8's own formula gives
+ *   for the pod's 512 Mi (a quarter, ×2 on 64-bit), so every host sizes it alike. The caches'
+ *   byte bounds (~120 MiB together, redis-store.ts) and the ~25 MB base stay far below it; the
+ *   container's limit, not this, is what a larger heap would meet first. The cost: more full
+ *   collections for the allocation-heaviest requests (bench:costly, 2026-11-27: the largest
+ *   orders, 100-id queries and 500-market pages +55–120 % TS CPU per request against V8's own
+ *   sizing here).
+ *   docs/benchmarks.md, "Findings: the old generation's growth during a query burst".
  * - `MALLOC_ARENA_MAX=2`: glibc's per-thread malloc arenas (8 × cores by default) hold freed
  *   native memory of libuv's and V8's threads; two are plenty for one JS thread.
  *
