@@ -38,3 +38,10 @@ test('runtime env – `npm run authz` starts the service with the same settings'
   assert.ok(script.includes(`NODE_OPTIONS="${SERVICE_RUNTIME_ENV.NODE_OPTIONS} \${NODE_OPTIONS:-}"`), script);
   assert.ok(script.endsWith('scripts/node authz/src/main.ts'), script);
 });
+
+test('runtime env – the service image\'s Dockerfile sets the same values (checked here without building it)', () => {
+  const dockerfile = readFileSync(join(ROOT, 'deploy/Dockerfile'), 'utf8');
+  const options = SERVICE_RUNTIME_ENV.NODE_OPTIONS;
+  assert.ok(dockerfile.includes(options.includes(' ') ? `NODE_OPTIONS="${options}"` : `NODE_OPTIONS=${options} `), 'NODE_OPTIONS in deploy/Dockerfile');
+  assert.ok(dockerfile.includes(`MALLOC_ARENA_MAX=${SERVICE_RUNTIME_ENV.MALLOC_ARENA_MAX}`), 'MALLOC_ARENA_MAX in deploy/Dockerfile');
+});

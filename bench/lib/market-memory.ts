@@ -124,7 +124,8 @@ export async function measureMemory(opts: MemoryOptions): Promise<MemorySample[]
         outcomes: [{ tokenId: `${i}1`, name: 'Yes', bid: '0.51', ask: '0.53', last: '0.52' }, { tokenId: `${i}2`, name: 'No', bid: '0.47', ask: '0.49', last: '0.48' }],
         updatedAt: 1763700000,
       }));
-      // An ingest refused with 503 (authz or Redis too slow on a busy host) or answered 504 (the
+      // An ingest refused with 503 (authz or Redis too slow on a busy host) or 429 (more of the
+      // feed's ingests pending than Envoy holds while the host is that slow), or answered 504 (the
       // store did not confirm the write in time) is sent again, freshly signed, as the feed would
       // (docs/api.md): then 409 `stale_document` means the earlier attempt was stored. Anything
       // else is a failure of the run.
@@ -132,13 +133,14 @@ export async function measureMemory(opts: MemoryOptions): Promise<MemorySample[]
         const s = signedIngest(doc, ids(i), stack.hmacKey, stack.feedPrivateKey);
         const status = await httpCall(agent, edgePort, 'POST', '/internal/ingest/market', { ...s.headers, 'content-length': String(s.body.length) }, s.body);
         if (status === 200 || (status === 409 && attempt > 1)) break;
-        if ((status !== 503 && status !== 504) || attempt === 5) { failed++; opts.log(`memory: ingest ${i} answered ${status}`); break; }
+        if ((status !== 503 && status !== 504 && status !== 429) || attempt === 5) { failed++; opts.log(`memory: ingest ${i} answered ${status}`); break; }
         resent++;
+        if (status === 429) await sleep(100 * attempt);
       }
       if ((i + 1) % 20_000 === 0) opts.log(`memory: ${(i + 1).toLocaleString('en')} markets ingested`);
     });
     if (failed > 0) throw new Error(`${failed} ingests failed`);
-    if (resent > 0) opts.log(`memory: ${resent} ingests answered 503 or 504 under load and were sent again`);
+    if (resent > 0) opts.log(`memory: ${resent} ingests answered 429, 503 or 504 under load and were sent again`);
     await sample(`after ${opts.markets.toLocaleString('en')} markets ingested through Envoy`);
     await sleep(opts.idleSecs * 1000);
     await sample(`${opts.idleSecs} s idle after that`);
