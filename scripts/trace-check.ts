@@ -34,6 +34,8 @@ export const ENVOY_SPAN_TAGS: readonly string[] = [
   'upstream_cluster.name', 'user_agent', 'zone',
   // ext_authz's
   'ext_authz_status', 'ext_authz_http_status', 'ext_authz_ok', 'ext_authz_unauthorized', 'ext_authz_error',
+  // the ratelimit filter's gRPC call (RATELIMIT_SERVICE_ADDRESS): `ok` or `over_limit` (seen in the audit of 2026-11-27)
+  'ratelimit_status',
 ];
 
 /** The resource attributes: the service name (both) and the OpenTelemetry SDK's own telemetry.sdk.* (the TS service). */
