@@ -99,7 +99,9 @@ class SecretIndex {
           if (f.length < MIN_SECRET_CHARS || seen.has(f)) continue;
           seen.add(f);
           const key = f.slice(0, MIN_SECRET_CHARS);
-          this.byPrefix.set(key, [...this.byPrefix.get(key) ?? [], { form: f, kind: e.kind }]);
+          const same = this.byPrefix.get(key);
+          if (same === undefined) this.byPrefix.set(key, [{ form: f, kind: e.kind }]);
+          else same.push({ form: f, kind: e.kind });
         }
       }
     }

@@ -3,14 +3,8 @@
  * mmdb_writer in the project's .venv) into a fresh temporary directory, removed at exit. The
  * licensed GeoIP2 Anonymous IP data cannot be shipped; these files have its layout.
  */
-import { execFileSync } from 'node:child_process';
 import { join } from 'node:path';
-import { fileURLToPath } from 'node:url';
-import { tempDir } from './temp-dir.ts';
-
-const ROOT = fileURLToPath(new URL('../', import.meta.url));
-const SCRIPT = fileURLToPath(new URL('./fixtures/make-anonymizer-mmdb.py', import.meta.url));
-const PYTHON = join(ROOT, '.venv', 'bin', 'python');
+import { generateMmdbFixtures } from './mmdb-fixtures.ts';
 
 export interface AnonymizerFixtures {
   readonly dir: string;
@@ -39,8 +33,7 @@ let cached: AnonymizerFixtures | undefined;
 /** Generates the databases once per process and returns their paths. */
 export function anonymizerFixtures(): AnonymizerFixtures {
   if (cached !== undefined) return cached;
-  const dir = tempDir('edge-anon-');
-  const out = execFileSync(PYTHON, [SCRIPT, dir], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'] });
+  const { dir, out } = generateMmdbFixtures('make-anonymizer-mmdb.py', 'edge-anon-');
   cached = Object.freeze({
     dir,
     anonymizer: join(dir, 'anonymizer.mmdb'),

@@ -3,14 +3,9 @@
  * in the project's .venv) into a fresh temporary directory. Nothing generated is ever
  * written into the repository; the directory is removed when the process exits.
  */
-import { execFileSync } from 'node:child_process';
 import { join } from 'node:path';
-import { fileURLToPath } from 'node:url';
+import { generateMmdbFixtures } from './mmdb-fixtures.ts';
 import { tempDir } from './temp-dir.ts';
-
-const ROOT = fileURLToPath(new URL('../', import.meta.url));
-const SCRIPT = fileURLToPath(new URL('./fixtures/make-mmdb.py', import.meta.url));
-const PYTHON = join(ROOT, '.venv', 'bin', 'python');
 
 export interface GeoFixtures {
   /** The temporary directory holding every file below. */
@@ -42,8 +37,7 @@ let cached: GeoFixtures | undefined;
 /** Generates the databases once per process and returns their paths. */
 export function geoFixtures(): GeoFixtures {
   if (cached !== undefined) return cached;
-  const dir = tempDir('edge-geo-');
-  const out = execFileSync(PYTHON, [SCRIPT, dir], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'] });
+  const { dir, out } = generateMmdbFixtures('make-mmdb.py', 'edge-geo-');
   const p = (name: string): string => join(dir, name);
   cached = Object.freeze({
     dir,
