@@ -69,6 +69,7 @@ import {
 } from './lib/pod.ts';
 import type { Stack } from './lib/stack.ts';
 import { DRAIN_QUIET_MS } from '../authz/src/process.ts';
+import { HEAP_GROWING_PERCENT } from '../authz/src/common/runtime-env.ts';
 import { tempDir } from '../testkit/temp-dir.ts';
 
 const PROBE = probePodman();
@@ -365,7 +366,7 @@ containerSuite('pod', SKIP, () => {
     assert.deepEqual(sortDocs(split), sortDocs(played));
   });
 
-  step('podman runs it as shipped: one pod, both containers as uid 1000 with a read-only root, no capabilities, no-new-privileges, seccomp; Envoy\'s arguments after its image\'s entrypoint; ConfigMaps as environment and files; the mounts', 90_000, async () => {
+  step('podman runs it as shipped: one pod, both containers as uid 1000 with a read-only root, no capabilities, no-new-privileges, seccomp; Envoy\'s arguments after its image\'s entrypoint; ConfigMaps as environment and files; the mounts; the TS service\'s V8 heap sized by the image (256 MiB, ×2 growth), not by the container\'s limit', 90_000, async () => {
     const pods = (await podmanObjects(podman)).pods.filter((n) => n.includes(runId));
     assert.deepEqual(pods, [s!.pod], 'one pod for the Deployment (replicas 1)');
     const pod = deployment.spec.template.spec;
@@ -409,7 +410,12 @@ containerSuite('pod', SKIP, () => {
     const stat = ok(await podman(['exec', ctr('authz'), 'stat', '-L', '-c', '%a %u %g', '/etc/edge/secrets/ingest-hmac', '/etc/edge/secrets/..data/feed-public-keys'])).stdout.trim().split('\n');
     assert.deepEqual(stat, ['440 0 1000', '440 0 1000']);
     // The TS service read its secrets from those files (the ingest test proves the key) and is up.
-    assert.match(await containerLogs(podman, ctr('authz')), /"msg":"edge authz ready"/);
+    const authzLog = await containerLogs(podman, ctr('authz'));
+    assert.match(authzLog, /"msg":"edge authz ready"/);
+    // The image's heap sizing, not the container limit's (Node would size V8 from that: runtime-env.ts).
+    const ready = authzLog.split('\n').filter((l) => l.startsWith('{')).map((l) => JSON.parse(l) as Record<string, unknown>).find((l) => l['msg'] === 'edge authz ready');
+    assert.ok(Number(ready?.['heapLimitMb']) >= 256 && Number(ready?.['heapLimitMb']) <= 300, `heapLimitMb ${String(ready?.['heapLimitMb'])}`);
+    assert.equal(ready?.['heapGrowingPercent'], HEAP_GROWING_PERCENT);
   });
 
   step('Envoy answers GET /healthz 200 {"status":"ok"} over TLS on the published port and on the pod\'s IP: TLS 1.3 with h2 and TLS 1.2 with HTTP/1.1 (curl --cacert); plaintext HTTP gets no answer', 60_000, async () => {

@@ -3,6 +3,7 @@
  * market service and the seal. Used by process.ts (and by the e2e suite via `npm run authz`).
  */
 import cluster from 'node:cluster';
+import { getHeapStatistics } from 'node:v8';
 import { listenAs } from './common/listen-error.ts';
 import { listenAtSocket, ownSocket, prepareSocket, removeOwnSocket, removeOwnSocketsAtExit, socketSettings } from './common/unix-socket.ts';
 import type { Redis } from 'ioredis';
@@ -19,11 +20,13 @@ import { loadCredentials, noCredentials } from './common/credentials.ts';
 import { throttledWarn, type Logger } from './common/log.ts';
 import { createMarketStore, writeTimeoutMs } from './market/wiring.ts';
 import { createMarketService } from './market/http.ts';
+import { MARKET_READ_COMMANDS } from './market/redis-store.ts';
 import { createMetrics, type AuthzMetrics } from './common/metrics.ts';
 import { systemClock } from './common/ports.ts';
 import { createSealState } from './common/seal.ts';
 import { checkSealFileWritable, readSealFile, unsealHint } from './common/seal-file.ts';
 import { readTokenFile } from './common/token.ts';
+import { HEAP_GROWING_PERCENT } from './common/runtime-env.ts';
 import { BATCH, RedisBuckets } from './ratelimit/bucket.ts';
 import { rateLimitService } from './ratelimit/service.ts';
 import { createCheckLimiter } from './ratelimit/check-limit.ts';
@@ -125,7 +128,7 @@ export async function createApp(config: Config, logger: Logger, hooks: { onSeale
 
   let redis: Redis | undefined;
   if (config.redisUrl !== undefined) {
-    redis = createRedis(config.redisUrl);
+    redis = createRedis(config.redisUrl, { autoPipeliningIgnoredCommands: [...MARKET_READ_COMMANDS] });
     onRedisError(redis, logger, 'redis error');
   } else {
     logger.warn('REDIS_URL is not set: using IN-MEMORY nonce and market stores. Single instance, development only — ' +
@@ -222,6 +225,7 @@ export async function createApp(config: Config, logger: Logger, hooks: { onSeale
       logger.info({
         grpcPort: config.authzGrpcTcp ? grpcPort : undefined, marketPort: config.marketTcp ? marketPort : undefined,
         grpcSocket: config.authzGrpcSocket, marketSocket: config.marketSocket, adminPort: config.authzAdminPort, redis: redis !== undefined,
+        heapLimitMb: Math.round(getHeapStatistics().heap_size_limit / 1_048_576), heapGrowingPercent: HEAP_GROWING_PERCENT,
       }, sealState.sealed ? 'edge authz started SEALED' : 'edge authz ready');
     },
     quietMs: () => sealState.quietMs(),

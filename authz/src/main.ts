@@ -10,8 +10,12 @@ import { checkSettingNames, ConfigError, loadConfig } from './common/config.ts';
 import { loadCredentials } from './common/credentials.ts';
 import { defaultGeoipWarning, geoipBuildEpochSecs, staleGeoipWarning } from './common/geoip-default.ts';
 import { createLogger, logOutput } from './common/log.ts';
+import { applyHeapGrowth } from './common/runtime-env.ts';
 import { startsSealed } from './common/seal-file.ts';
 import { runPrimary, runSingle, runWorker } from './process.ts';
+
+// Before anything sizable is allocated (runtime-env.ts says why).
+applyHeapGrowth();
 
 // A bad setting, or a key that is not one (the primary reads the keys below before forking):
 // one fatal line naming the variable, exit status 1, as npm start and the deployments show it;

@@ -56,6 +56,14 @@ export const INDEX_KEY = 'edge:markets';
 export const ACTIVE_INDEX = (active: boolean): string => `edge:markets:active:${active ? 1 : 0}`;
 export const INVALIDATION_CHANNEL = 'edge:market:inv';
 
+/**
+ * The store's reads, sent as they come rather than through ioredis's auto-pipelining (the client's
+ * option autoPipeliningIgnoredCommands): auto-pipelining builds a Pipeline object, with a method
+ * per defined command, for every event-loop turn that sends one, and a read rarely shares its
+ * turn with another (a page the cache lacks; docs/benchmarks.md "Costly requests").
+ */
+export const MARKET_READ_COMMANDS = ['edgeMarketRecords', 'edgeMarketMgetBody', 'zrange'] as const;
+
 // Redis's clock in ms, as both write scripts compare it with a write's deadline.
 const NOW_MS = `local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)`;

@@ -13,7 +13,7 @@ import { Registry } from 'prom-client';
 import { createLogger } from '../../src/common/log.ts';
 import { BODY_POOL_BUFFERS, BODY_POOL_MAX_BYTES, BodyBuffers, createMarketService, type MarketService } from '../../src/market/http.ts';
 import { createRedis } from '../../src/common/adapters/redis.ts';
-import { PAGE_BODY_CACHE_MAX_BYTES, RedisMarketStore } from '../../src/market/redis-store.ts';
+import { MARKET_READ_COMMANDS, PAGE_BODY_CACHE_MAX_BYTES, RedisMarketStore } from '../../src/market/redis-store.ts';
 import { encodeCursor, MemoryMarketStore, type MarketStore, type Page, type PageKind, type PageQuery } from '../../src/market/store.ts';
 import { PrivateRedis } from '../../../testkit/redis-server.ts';
 import { marketDoc } from '../../../testkit/feed.ts';
@@ -77,6 +77,34 @@ describe('page bodies as one Buffer are byte-identical to the joined records', (
 
   test('Redis store: every query shape, markets and quotes, UTF-8 text included', async () => {
     await assertIdentical(store);
+  });
+
+  test('reads on a client that lists MARKET_READ_COMMANDS as autoPipeliningIgnoredCommands (as the service\'s) wait in no auto-pipeline; without the list they do', async () => {
+    for (const ignored of [true, false]) {
+      const client = createRedis(redisProc.url, ignored ? { autoPipeliningIgnoredCommands: [...MARKET_READ_COMMANDS] } : {});
+      await new Promise<void>((res) => client.once('ready', () => res()));
+      // TTL 0: every read goes to Redis (no cache in front).
+      const direct = new RedisMarketStore(client, { cacheTtlMs: 0 });
+      try {
+        // The store's own clock sample (TIME, not a read) may be waiting: count from here.
+        await sleep(20);
+        const before = client.autoPipelineQueueSize;
+        // Each read kind the store sends: listed ids (its page script), a cursor page (ZRANGE, then the records script).
+        const reads = [direct.pageBody({ limit: 5, ids: IDS.slice(0, 5) }, 'markets'), direct.pageBody({ limit: 5 }, 'markets'), direct.page({ limit: 5 })];
+        const queued = client.autoPipelineQueueSize - before;
+        await Promise.all(reads);
+        const cursorRecords = direct.pageBody({ limit: 5, after: IDS[9] }, 'quotes');
+        // The records script is sent after ZRANGE's reply: count what waits once that reply is in.
+        await sleep(20);
+        const queuedAfter = client.autoPipelineQueueSize;
+        await cursorRecords;
+        if (ignored) assert.deepEqual([queued, queuedAfter], [0, 0], 'no read waits in an auto-pipeline');
+        else assert.ok(queued >= 3, `without the list the same reads are auto-pipelined: ${queued}`);
+      } finally {
+        await direct.close();
+        client.disconnect();
+      }
+    }
   });
 
   test('Redis store without the page cache (MARKET_CACHE_TTL_MS=0): the same bytes', async () => {
