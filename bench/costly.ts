@@ -220,7 +220,8 @@ function report(classes: readonly RequestClass[], samples: ReadonlyMap<Mode, Rea
     `${fmt(median(classes.map((c) => (of(c, m)[i]?.busy ?? NaN) * 100)))} %`, `${fmt(Math.max(...classes.map((c) => (of(c, m)[i]?.steal ?? 0) * 100)))} %`,
   ]));
   return `Run by \`npm run bench:costly\` (bench/costly.ts, bench/lib/costly-requests.ts) on ${today()}: ${machine}.
-The whole edge as the e2e suite starts it (e2e/lib/stack.ts): real Envoy, the TS process (ext_authz and the market service),
+The whole edge as the e2e suite starts it (e2e/lib/stack.ts): real Envoy, the TS process (ext_authz and the market service; its
+runtime settings, so the heap sizing it has in the pod: authz/src/common/runtime-env.ts),
 a private redis-server, the demo mTLS order backend; every request from one trusted hop for 81.2.69.160 (a real GeoIP
 lookup per Check), the local rate limit with a bucket no run empties. h2load over one HTTP/2 connection, one request at a time
 (as issue 26's finding measured) and ${MODES[1]} in flight; ${ROUNDS} interleaved rounds of ${SECONDS} s per class and mode (the order reversed

@@ -134,8 +134,17 @@ const MEMORY_FINDINGS = `Where the memory goes (investigated 2026-11-24 with \`-
   alternating runs (8, 4, 4, 8; 2 rounds each; medians of the 4 samples): geo GET 38.1 µs with 4 against 38.2 with 8,
   order 42.2 against 42.7, signed ingest 138 against 128 µs with spreads that overlap (117–145 against 119–139). The
   ingest allocates the most per Check, so a smaller young generation would cost there first; the feed's rate is far
-  below saturation. Rejected: a hard \`--max-old-space-size\` near the live heap (an out-of-memory crash when the
+  below saturation. Rejected then: a hard \`--max-old-space-size\` near the live heap (an out-of-memory crash when the
   caches fill to their bounds).
+- **Since 2026-11-27: one heap sizing everywhere, \`--max-old-space-size=256\` and V8's growing factor ×2**
+  (authz/src/common/runtime-env.ts). 256 MiB is far above the live heap (22–45 MB here; the caches' bounds come to
+  ~120 MB) and is what Node gave the service in the pod anyway (it sizes V8 from the cgroup: 259 MiB under 512Mi). On
+  this host V8 sized itself at 4 GiB and let the old generation grow ~4× the live heap between full collections: +60–67
+  MB over 10^5 distinct queries. The limit alone keeps V8's own factor (~1.1–1.3 at 256 MiB): +11 MB, but a full
+  collection every ~2 MB of promoted garbage, and the costliest queries at 6.4–6.8× an ordinary read (issue 26). ×2
+  (\`--heap-growing-percent=100\`, set by the service at start) measured +36 MB over the same queries and 121 MB with
+  100,000 markets stored (one run each, 2026-11-27, beside the lead's other work), and the costly classes back near the
+  host's ratios ("Costly requests").
 - In a container with a memory limit Node derives V8's limits from the cgroup, so the default sizing there is smaller
   than on this host; the explicit flag makes the bound the same everywhere.
 - **What stays after the burst is V8's old space, not the allocator.** After the 100,000 ingests the heap's total is
