@@ -11,7 +11,8 @@
  *   issue 27). At 256 MiB V8's own factor is ~1.1–1.3, so every ~2 MB of promoted garbage
  *   started a full collection (50 in 3 s of the costliest queries against 10 with the host's
  *   sizing) and those requests cost 6.4–6.8× an ordinary read (issue 26). ×2 sits between: the
- *   numbers that chose it are in docs/benchmarks.md, "One heap sizing everywhere".
+ *   numbers that chose it are in docs/benchmarks.md ("Market service memory", and the costly
+ *   requests' findings on the pod's heap sizing).
  *
  * - `--max-semi-space-size=4`: V8 sizes the young generation from the heap limit, which it
  *   derives from the machine's (or the container's) memory; on a 24 GiB host each semi-space grew
