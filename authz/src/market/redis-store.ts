@@ -18,8 +18,8 @@
  * lose a record the ingest was answered 200 for.
  * A page of listed ids is one Lua script (their items and seqs): one round trip. A page by cursor
  * is its ids by ZRANGE BYLEX, O(log N + limit), in a script that answers them as one string, then
- * one script for the records the record cache lacks (none in steady use). (The scripts touch keys they compute, so they need a non-cluster
- * Redis or Sentinel; see docs/market-data.md.)
+ * one script for the records the record cache lacks (none in steady use). (The scripts touch keys
+ * they compute, so they need a non-cluster Redis or Sentinel; see docs/market-data.md.)
  *
  * Cache: `get()` (order checks) and `page()` (reads) answer from memory while an entry is
  * younger than MARKET_CACHE_TTL_MS; a hit in the second half of that time also starts the read
