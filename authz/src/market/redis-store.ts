@@ -62,7 +62,7 @@ export const INVALIDATION_CHANNEL = 'edge:market:inv';
  * per defined command, for every event-loop turn that sends one, and a read rarely shares its
  * turn with another (a page the cache lacks; docs/benchmarks.md "Costly requests").
  */
-export const MARKET_READ_COMMANDS = ['edgeMarketRecords', 'edgeMarketMgetBody', 'edgeMarketCursorIds', 'zrange'] as const;
+export const MARKET_READ_COMMANDS = ['edgeMarketRecords', 'edgeMarketMgetBody', 'edgeMarketCursorIds'] as const;
 
 // Redis's clock in ms, as both write scripts compare it with a write's deadline.
 const NOW_MS = `local t = redis.call('TIME')
@@ -605,10 +605,8 @@ export class RedisMarketStore implements MarketStore {
    * same SHA-1 of `<id>:<seq>` pairs, computed here.
    */
   async #cursorPage(q: PageQuery, kind: PageKind): Promise<PageBody> {
-    const index = q.active === undefined ? INDEX_KEY : ACTIVE_INDEX(q.active);
-    const start = q.after === undefined ? '-' : `(${q.after}`;
     const generation = this.#generation;
-    const ids = splitIds(await this.#cmd.edgeMarketCursorIdsBuffer(index, start, q.limit + 1));
+    const ids = await this.#cursorIds(q);
     const caching = this.#opts.cacheTtlMs > 0 && this.#subscribed;
     const now = this.#now();
     const records = new Array<MarketRecord | undefined>(ids.length);
@@ -660,6 +658,13 @@ export class RedisMarketStore implements MarketStore {
     return { body: pageBodyBytes(kind, parts, next), etag };
   }
 
+  /** A cursor page's ids, up to `limit` + 1 (the last tells whether more follow), in index order. */
+  async #cursorIds(q: PageQuery): Promise<string[]> {
+    const index = q.active === undefined ? INDEX_KEY : ACTIVE_INDEX(q.active);
+    const start = q.after === undefined ? '-' : `(${q.after}`;
+    return splitIds(await this.#cmd.edgeMarketCursorIdsBuffer(index, start, q.limit + 1));
+  }
+
   async #pageFromRedis(q: PageQuery): Promise<Page> {
     if (q.ids !== undefined) {
       const { want, more } = pageOfIds(q.ids, q);
@@ -667,10 +672,7 @@ export class RedisMarketStore implements MarketStore {
       if (q.active !== undefined) found = found.filter((m) => metaOfItem(m.item).active === q.active);
       return { markets: found, next: more ? want.at(-1) : undefined };
     }
-    const index = q.active === undefined ? INDEX_KEY : ACTIVE_INDEX(q.active);
-    const start = q.after === undefined ? '-' : `(${q.after}`;
-    const ids = await this.#redis.zrange(index, start, '+', 'BYLEX', 'LIMIT', 0, q.limit + 1);
-    const markets = (await this.#fetch(ids)).filter((m): m is PageItem => m !== undefined);
+    const markets = (await this.#fetch(await this.#cursorIds(q))).filter((m): m is PageItem => m !== undefined);
     const more = markets.length > q.limit;
     const page = markets.slice(0, q.limit);
     return { markets: page, next: more ? page.at(-1)?.conditionId : undefined };

@@ -89,12 +89,12 @@ describe('page bodies as one Buffer are byte-identical to the joined records', (
         // The store's own clock sample (TIME, not a read) may be waiting: count from here.
         await sleep(20);
         const before = client.autoPipelineQueueSize;
-        // Each read kind the store sends: listed ids (its page script), a cursor page (ZRANGE, then the records script).
+        // Each read kind the store sends: listed ids (its page script), a cursor page (its ids script, then the records script).
         const reads = [direct.pageBody({ limit: 5, ids: IDS.slice(0, 5) }, 'markets'), direct.pageBody({ limit: 5 }, 'markets'), direct.page({ limit: 5 })];
         const queued = client.autoPipelineQueueSize - before;
         await Promise.all(reads);
         const cursorRecords = direct.pageBody({ limit: 5, after: IDS[9] }, 'quotes');
-        // The records script is sent after ZRANGE's reply: count what waits once that reply is in.
+        // The records script is sent after the ids script's reply: count what waits once that reply is in.
         await sleep(20);
         const queuedAfter = client.autoPipelineQueueSize;
         await cursorRecords;
